@@ -1,0 +1,216 @@
+"""Raw protocol client: any request, any version, any broker; decoded responses.
+
+It hides nothing: no retries, no version negotiation unless asked, no metadata
+refresh. Wire-level conformance tests use it where a client library would hide the
+behaviour under test.
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import struct
+from typing import Any
+
+from reference_impl.protocol import framing, payloads
+
+_SIZE = struct.Struct(">i")
+
+
+class ConnectionClosed(ConnectionError):
+    """The broker closed the connection (Kafka's answer to requests it cannot parse)."""
+
+
+def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
+    out = []
+    for item in bootstrap.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep or not port.isdigit():
+            raise ValueError(f"bad bootstrap address {item!r}: expected HOST:PORT")
+        out.append((host.strip("[]"), int(port)))
+    if not out:
+        raise ValueError("empty bootstrap server list")
+    return out
+
+
+class RawClient:
+    """One connection to one broker; requests are sent and answered one at a time."""
+
+    def __init__(self, host: str, port: int, client_id: str | None = "kipcheck-raw", timeout: float = 15.0):
+        self.host, self.port, self.client_id, self.timeout = host, port, client_id, timeout
+        self._correlation = itertools.count(1)
+        self._versions: dict[int, tuple[int, int]] | None = None
+        try:
+            self._sock = socket.create_connection((host, port), timeout=timeout)
+        except OSError as exc:
+            raise ConnectionError(f"cannot connect to {host}:{port}: {exc}") from exc
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    @classmethod
+    def connect(cls, bootstrap: str, **kwargs: Any) -> "RawClient":
+        errors = []
+        for host, port in parse_bootstrap(bootstrap):
+            try:
+                return cls(host, port, **kwargs)
+            except ConnectionError as exc:
+                errors.append(str(exc))
+        raise ConnectionError("; ".join(errors))
+
+    # -- sending ---------------------------------------------------------------------
+
+    def send(self, payload: Any, *, expect_response: bool = True, timeout: float | None = None) -> Any:
+        """Send a kio request payload; return the decoded response payload."""
+        correlation_id = next(self._correlation)
+        frame = framing.encode_request(payload, correlation_id, self.client_id)
+        self._sock.sendall(frame)
+        if not expect_response:
+            return None
+        got_id, body = framing.decode_response(
+            self.read_frame(timeout), int(payload.__api_key__), int(payload.__version__)
+        )
+        if got_id != correlation_id:
+            raise framing.PayloadDecodeError(f"correlation id {got_id} does not match request {correlation_id}")
+        return body
+
+    def request(self, api_key: int, api_version: int, /, **fields: Any) -> Any:
+        """Build the request of this key/version from fields and send it."""
+        return self.send(payloads.build(framing.request_schema(api_key, api_version), **fields))
+
+    def send_frame(self, frame: bytes, *, expect_response: bool = True, timeout: float | None = None) -> bytes | None:
+        """Send raw bytes (size prefix included); return the raw response frame."""
+        self._sock.sendall(frame)
+        return self.read_frame(timeout) if expect_response else None
+
+    def read_frame(self, timeout: float | None = None) -> bytes:
+        self._sock.settimeout(self.timeout if timeout is None else timeout)
+        (size,) = _SIZE.unpack(self._recv_exactly(4))
+        framing.check_frame_size(size)
+        return self._recv_exactly(size)
+
+    def _recv_exactly(self, n: int) -> bytes:
+        chunks, got = [], 0
+        while got < n:
+            chunk = self._sock.recv(n - got)
+            if not chunk:
+                raise ConnectionClosed(f"{self.host}:{self.port} closed the connection")
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks)
+
+    def is_closed_by_peer(self, timeout: float = 2.0) -> bool:
+        """True when the broker has closed this connection (EOF or reset) within timeout."""
+        self._sock.settimeout(timeout)
+        try:
+            return self._sock.recv(1, socket.MSG_PEEK) == b""
+        except socket.timeout:
+            return False
+        except ConnectionError:
+            return True
+
+    # -- versions --------------------------------------------------------------------
+
+    def api_versions(self, version: int = 3) -> dict[int, tuple[int, int]]:
+        resp = self.request(18, version, client_software_name="kipcheck", client_software_version="0.1.0")
+        if resp.error_code != 0:
+            raise RuntimeError(f"ApiVersions failed: {resp.error_code!r}")
+        self._versions = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys}
+        return self._versions
+
+    def negotiate(self, api_key: int, highest: int | None = None) -> int | None:
+        """Highest version both this broker and kio support (capped at `highest`), or None."""
+        versions = self._versions if self._versions is not None else self.api_versions()
+        if api_key not in versions:
+            return None
+        lo, hi = versions[api_key]
+        if highest is not None:
+            hi = min(hi, highest)
+        for v in range(hi, lo - 1, -1):
+            try:
+                framing.request_schema(api_key, v)
+                return v
+            except framing.UnsupportedApi:
+                continue
+        return None
+
+    def close(self) -> None:
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
+    def __enter__(self) -> "RawClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ClusterClient:
+    """Raw clients to every broker of a cluster, discovered through Metadata."""
+
+    def __init__(self, bootstrap: str, client_id: str | None = "kipcheck-raw", timeout: float = 15.0):
+        self.client_id, self.timeout = client_id, timeout
+        self.bootstrap = RawClient.connect(bootstrap, client_id=client_id, timeout=timeout)
+        self.nodes: dict[int, tuple[str, int]] = {}
+        self._clients: dict[int, RawClient] = {}
+        self.refresh()
+
+    def refresh(self, topics: list[str] | None = None) -> Any:
+        version = self.bootstrap.negotiate(3, 12)
+        req = payloads.build(
+            framing.request_schema(3, version),
+            topics=None if topics is None else tuple(
+                payloads.build(payloads.nested(framing.request_schema(3, version), "MetadataRequestTopic"), name=t, topic_id=None)
+                for t in topics
+            ),
+            allow_auto_topic_creation=False,
+            include_cluster_authorized_operations=False,
+            include_topic_authorized_operations=False,
+        )
+        md = self.bootstrap.send(req)
+        self.nodes = {int(b.node_id): (b.host, int(b.port)) for b in md.brokers}
+        return md
+
+    def node(self, node_id: int) -> RawClient:
+        client = self._clients.get(node_id)
+        if client is None:
+            host, port = self.nodes[node_id]
+            client = self._clients[node_id] = RawClient(host, port, self.client_id, self.timeout)
+        return client
+
+    def leader_for(self, topic: str, partition: int) -> RawClient:
+        md = self.refresh([topic])
+        for t in md.topics:
+            if t.name == topic:
+                for p in t.partitions:
+                    if p.partition_index == partition and p.leader_id >= 0:
+                        return self.node(int(p.leader_id))
+        raise LookupError(f"no leader for {topic}-{partition}")
+
+    def coordinator_for(self, key: str, key_type: int = 0) -> RawClient:
+        """Client to the coordinator of a group (key_type 0) or transactional id (1)."""
+        version = self.bootstrap.negotiate(10, 6)
+        if version >= 4:
+            resp = self.bootstrap.request(10, version, key_type=key_type, coordinator_keys=(key,))
+            c = resp.coordinators[0]
+            error, node_id = c.error_code, int(c.node_id)
+        else:
+            resp = self.bootstrap.request(10, version, key=key, key_type=key_type)
+            error, node_id = resp.error_code, int(resp.node_id)
+        if error != 0:
+            raise RuntimeError(f"FindCoordinator({key!r}) failed: {error!r}")
+        return self.node(node_id)
+
+    def close(self) -> None:
+        for c in self._clients.values():
+            c.close()
+        self.bootstrap.close()
+
+    def __enter__(self) -> "ClusterClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

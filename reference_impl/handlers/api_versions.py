@@ -1,0 +1,53 @@
+"""ApiVersions (key 18): advertise exactly the handlers this broker registered."""
+
+from __future__ import annotations
+
+import datetime
+
+from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
+from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
+from kio.schema.errors import ErrorCode
+
+from reference_impl.handlers.registry import HANDLERS, RequestContext, handles
+from reference_impl.protocol import framing
+
+NO_THROTTLE = datetime.timedelta(0)
+API_KEY = 18
+
+
+def advertised_versions() -> list[tuple[int, int, int]]:
+    return sorted((h.api_key, h.min_version, h.max_version) for h in HANDLERS.values())
+
+
+@handles(API_KEY, 0, 4)
+def handle_api_versions(ctx: RequestContext, request) -> object:
+    cfg = ctx.state.config
+    return ctx.response(
+        error_code=ErrorCode.none,
+        api_keys=tuple(
+            ctx.nested("ApiVersion", api_key=k, min_version=lo, max_version=hi)
+            for k, lo, hi in advertised_versions()
+        ),
+        throttle_time=NO_THROTTLE,
+        supported_features=tuple(
+            ctx.nested("SupportedFeatureKey", name=name, min_version=lo, max_version=hi)
+            for name, (lo, hi) in sorted(cfg.supported_features.items())
+        ),
+        finalized_features_epoch=1 if cfg.finalized_features else -1,
+        finalized_features=tuple(
+            ctx.nested("FinalizedFeatureKey", name=name, max_version_level=lvl, min_version_level=lvl)
+            for name, lvl in sorted(cfg.finalized_features.items())
+        ),
+    )
+
+
+def unsupported_version_response(correlation_id: int) -> bytes:
+    """Kafka's answer to an ApiVersions version it does not know: a v0 body with
+    UNSUPPORTED_VERSION and the supported ranges, so the client can downgrade."""
+    body = ApiVersionsResponseV0(
+        error_code=ErrorCode.unsupported_version,
+        api_keys=tuple(
+            ApiVersionV0(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in advertised_versions()
+        ),
+    )
+    return framing.encode_response(body, correlation_id, API_KEY, 0)

@@ -1,0 +1,264 @@
+"""Asyncio server: N reference broker nodes in one process, one listener per node.
+
+The server owns sockets and framing only. Each connection handles one request at a
+time, in order, as Kafka does (a channel is muted until its response is sent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import logging
+import socket
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from reference_impl import handlers as _handlers  # noqa: F401  (registers every API handler)
+from reference_impl.handlers.api_versions import unsupported_version_response
+from reference_impl.handlers.registry import RequestContext, lookup
+from reference_impl.model.broker_state import BrokerConfig, NodeEndpoint, ReferenceState
+from reference_impl.model.clock import Clock, SystemClock
+from reference_impl.protocol import framing
+from reference_impl.server.runtime import BrokerRuntime
+
+log = logging.getLogger("kipcheck.broker")
+
+_CLOSE = object()  # answer: close this connection
+_NO_RESPONSE = object()  # answer: nothing to send (Produce with acks=0)
+
+
+@dataclass
+class _Connection:
+    connection_id: int
+    node_id: int
+    client_host: str
+    writer: asyncio.StreamWriter
+    state: dict[str, Any]
+
+
+class ReferenceCluster:
+    """The reference broker: `brokers` nodes on consecutive ports (or ephemeral ports)."""
+
+    def __init__(
+        self,
+        brokers: int = 1,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        config: BrokerConfig | None = None,
+        clock: Clock | None = None,
+        advertised_host: str | None = None,
+    ) -> None:
+        if brokers < 1:
+            raise ValueError("--brokers must be at least 1")
+        self.host = host
+        self.advertised_host = advertised_host or host
+        self._requested_port = port
+        self._brokers = brokers
+        self.config = config or BrokerConfig()
+        self.clock = clock or SystemClock()
+        self._sockets: dict[int, socket.socket] = {}
+        self._servers: dict[int, asyncio.base_events.Server] = {}
+        self._connections: dict[int, _Connection] = {}
+        self._ids = itertools.count(1)
+        self.runtime: BrokerRuntime | None = None
+        self.stats = {"connections": 0, "requests": 0, "closed_bad_input": 0, "handler_errors": 0}
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    async def start(self) -> None:
+        endpoints = []
+        for i in range(self._brokers):
+            node_id = i + 1
+            port = 0 if self._requested_port == 0 else self._requested_port + i
+            sock = _bind(self.host, port)
+            self._sockets[node_id] = sock
+            endpoints.append(NodeEndpoint(node_id, self.advertised_host, sock.getsockname()[1]))
+        state = ReferenceState(endpoints, self.clock, self.config)
+        self.runtime = BrokerRuntime(state, self.clock)
+        for node_id in self._sockets:
+            await self._listen(node_id)
+        self.runtime.start_ticker()
+        log.info("reference cluster up: %s", self.bootstrap_servers)
+
+    async def stop(self) -> None:
+        for node_id in list(self._servers):
+            await self.stop_node(node_id)
+        if self.runtime is not None:
+            await self.runtime.stop_ticker()
+
+    async def stop_node(self, node_id: int) -> None:
+        """Stop one node: close its listener and every connection to it (kill)."""
+        server = self._servers.pop(node_id, None)
+        if server is None:
+            return
+        server.close()
+        for conn in [c for c in self._connections.values() if c.node_id == node_id]:
+            conn.writer.close()
+        await server.wait_closed()
+        self._sockets.pop(node_id, None)
+        self.state.alive.discard(node_id)
+
+    async def start_node(self, node_id: int) -> None:
+        """Restart a stopped node on the port it had."""
+        if node_id in self._servers:
+            return
+        ep = self.state.nodes[node_id]
+        self._sockets[node_id] = _bind(self.host, ep.port)
+        await self._listen(node_id)
+        self.state.alive.add(node_id)
+
+    @property
+    def state(self) -> ReferenceState:
+        assert self.runtime is not None, "cluster not started"
+        return self.runtime.state
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"{ep.host}:{ep.port}" for ep in self.state.nodes.values())
+
+    async def _listen(self, node_id: int) -> None:
+        sock = self._sockets[node_id]
+
+        async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await self._serve(node_id, reader, writer)
+
+        self._servers[node_id] = await asyncio.start_server(on_connect, sock=sock)
+
+    # -- connections ---------------------------------------------------------------
+
+    async def _serve(self, node_id: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername") or ("?", 0)
+        conn = _Connection(next(self._ids), node_id, str(peer[0]), writer, {})
+        self._connections[conn.connection_id] = conn
+        self.stats["connections"] += 1
+        frames = framing.FrameReader()
+        try:
+            while True:
+                data = await reader.read(1 << 16)
+                if not data:
+                    return
+                for frame in frames.feed(data):
+                    answer = await self._answer(conn, frame)
+                    if answer is _CLOSE:
+                        self.stats["closed_bad_input"] += 1
+                        return
+                    if answer is not _NO_RESPONSE:
+                        writer.write(answer)
+                        await writer.drain()
+        except framing.FrameError as exc:
+            self.stats["closed_bad_input"] += 1
+            log.warning("node %s conn %s: closing: %s", node_id, conn.connection_id, exc)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            self._connections.pop(conn.connection_id, None)
+            await self._on_disconnect(conn)
+            writer.close()
+
+    async def _on_disconnect(self, conn: _Connection) -> None:
+        hook = getattr(self.state, "on_disconnect", None)
+        if hook is not None:
+            hook(conn.connection_id)
+            await self.runtime.notify()
+
+    async def _answer(self, conn: _Connection, frame: bytes) -> Any:
+        self.stats["requests"] += 1
+        api_key, api_version, correlation_id = framing.peek_request_header(frame)
+        handler = lookup(api_key, api_version)
+        if handler is None:
+            if api_key == framing.API_VERSIONS_KEY:
+                return unsupported_version_response(correlation_id)
+            # Kafka cannot parse a request of an unknown key/version and closes the channel.
+            log.warning("node %s: closing on unsupported api_key=%s version=%s", conn.node_id, api_key, api_version)
+            return _CLOSE
+        try:
+            request = framing.decode_request(frame)
+        except (framing.PayloadDecodeError, framing.UnsupportedApi) as exc:
+            log.warning("node %s: closing on undecodable request: %s", conn.node_id, exc)
+            return _CLOSE
+        ctx = RequestContext(
+            runtime=self.runtime,
+            node_id=conn.node_id,
+            connection_id=conn.connection_id,
+            client_host=conn.client_host,
+            api_key=api_key,
+            api_version=api_version,
+            correlation_id=correlation_id,
+            client_id=request.header.client_id,
+            connection_state=conn.state,
+        )
+        try:
+            result = handler.handle(ctx, request.body)
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception:
+            self.stats["handler_errors"] += 1
+            log.exception("node %s: handler for api_key=%s v%s failed", conn.node_id, api_key, api_version)
+            return _CLOSE
+        finally:
+            await self.runtime.notify()
+        if result is None:
+            return _NO_RESPONSE
+        return framing.encode_response(result, correlation_id, api_key, api_version)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+    sock.listen(128)
+    sock.setblocking(False)
+    return sock
+
+
+class ThreadedReferenceCluster:
+    """A ReferenceCluster on its own event loop thread, for synchronous callers."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.cluster = ReferenceCluster(**kwargs)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="kipcheck-reference", daemon=True)
+
+    def start(self) -> "ThreadedReferenceCluster":
+        self._thread.start()
+        self.call(self.cluster.start())
+        return self
+
+    def call(self, coro: Any, timeout: float = 30.0) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def stop(self) -> None:
+        if not self._thread.is_alive():
+            return
+        try:
+            self.call(self.cluster.stop())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.cluster.bootstrap_servers
+
+    def stop_node(self, node_id: int) -> None:
+        self.call(self.cluster.stop_node(node_id))
+
+    def start_node(self, node_id: int) -> None:
+        self.call(self.cluster.start_node(node_id))
+
+    def __enter__(self) -> "ThreadedReferenceCluster":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+__all__ = ["ReferenceCluster", "ThreadedReferenceCluster", "ErrorCode"]
