@@ -113,11 +113,39 @@ class RawClient:
     # -- versions --------------------------------------------------------------------
 
     def api_versions(self, version: int = 3) -> dict[int, tuple[int, int]]:
-        resp = self.request(18, version, client_software_name="kipcheck", client_software_version="0.1.0")
-        if resp.error_code != 0:
-            raise RuntimeError(f"ApiVersions failed: {resp.error_code!r}")
-        self._versions = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys}
-        return self._versions
+        """ApiVersions at `version`, downgrading as Kafka clients do: a broker that does not
+        know the version answers with a v0 body carrying UNSUPPORTED_VERSION and its ranges.
+        When that answer does not parse (librdkafka's mock sends a malformed one), step
+        down one version at a time."""
+        attempt: int | None = version
+        while attempt is not None and attempt >= 0:
+            try:
+                resp = self.api_versions_response(attempt)
+            except framing.PayloadDecodeError:
+                attempt -= 1
+                continue
+            if resp.error_code == 35:  # UNSUPPORTED_VERSION
+                offered = {int(k.api_key): int(k.max_version) for k in resp.api_keys}
+                attempt = min(offered.get(18, attempt - 1), attempt - 1)
+                continue
+            if resp.error_code != 0:
+                raise RuntimeError(f"ApiVersions v{attempt} failed: {resp.error_code!r}")
+            self._versions = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys}
+            self.api_versions_version = attempt
+            return self._versions
+        raise RuntimeError(f"no ApiVersions version <= {version} answered in a form that parses")
+
+    def api_versions_response(self, version: int) -> Any:
+        fields = {"client_software_name": "kipcheck", "client_software_version": "0.1.0"}
+        payload = payloads.build(framing.request_schema(18, version), **fields)
+        correlation_id = next(self._correlation)
+        self._sock.sendall(framing.encode_request(payload, correlation_id, self.client_id))
+        frame = self.read_frame()
+        try:
+            _, body = framing.decode_response(frame, 18, version)
+        except framing.PayloadDecodeError:
+            _, body = framing.decode_response(frame, 18, 0)  # the v0 fallback answer
+        return body
 
     def negotiate(self, api_key: int, highest: int | None = None) -> int | None:
         """Highest version both this broker and kio support (capped at `highest`), or None."""

@@ -52,6 +52,11 @@ class RequestContext:
         return payloads.build(payloads.nested(self.response_cls, class_name), **fields)
 
 
+class CloseConnection(Exception):
+    """Raised by a handler when Kafka closes the connection instead of answering
+    (e.g. a Produce with acks=0 that failed, so the producer notices)."""
+
+
 Handle = Callable[[RequestContext, Any], Any | Awaitable[Any]]
 
 

@@ -150,7 +150,10 @@ def decode_request_header(frame: bytes) -> RequestHeader:
     return RequestHeader(api_key, api_version, correlation_id, header.client_id, size)
 
 
-def decode_request(frame: bytes) -> DecodedRequest:
+def decode_request(frame: bytes, *, strict: bool = True) -> DecodedRequest:
+    """strict=False ignores bytes after the body, as Kafka's broker does (its request
+    parser never checks for leftovers, and librdkafka 2.x sends 3 extra bytes in
+    Metadata v9+ all-topics requests)."""
     header = decode_request_header(frame)
     cls = request_schema(header.api_key, header.api_version)
     try:
@@ -159,7 +162,7 @@ def decode_request(frame: bytes) -> DecodedRequest:
         raise PayloadDecodeError(
             f"{cls.__name__} v{header.api_version} body does not parse: {exc}"
         ) from exc
-    if header.header_size + size != len(frame):
+    if strict and header.header_size + size != len(frame):
         # Kafka rejects requests with trailing garbage rather than ignoring it.
         raise PayloadDecodeError(
             f"{len(frame) - header.header_size - size} unexpected bytes after "

@@ -19,7 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from reference_impl import handlers as _handlers  # noqa: F401  (registers every API handler)
 from reference_impl.handlers.api_versions import unsupported_version_response
-from reference_impl.handlers.registry import RequestContext, lookup
+from reference_impl.handlers.registry import CloseConnection, RequestContext, lookup
 from reference_impl.model.broker_state import BrokerConfig, NodeEndpoint, ReferenceState
 from reference_impl.model.clock import Clock, SystemClock
 from reference_impl.protocol import framing
@@ -38,6 +38,7 @@ class _Connection:
     client_host: str
     writer: asyncio.StreamWriter
     state: dict[str, Any]
+    task: asyncio.Task | None = None
 
 
 class ReferenceCluster:
@@ -96,8 +97,14 @@ class ReferenceCluster:
         if server is None:
             return
         server.close()
+        tasks = []
         for conn in [c for c in self._connections.values() if c.node_id == node_id]:
             conn.writer.close()
+            if conn.task is not None and conn.task is not asyncio.current_task():
+                conn.task.cancel()
+                tasks.append(conn.task)
+        # Requests parked in wait_for (Fetch max wait, JoinGroup) end with their connection.
+        await asyncio.gather(*tasks, return_exceptions=True)
         await server.wait_closed()
         self._sockets.pop(node_id, None)
         self.state.alive.discard(node_id)
@@ -132,7 +139,7 @@ class ReferenceCluster:
 
     async def _serve(self, node_id: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername") or ("?", 0)
-        conn = _Connection(next(self._ids), node_id, str(peer[0]), writer, {})
+        conn = _Connection(next(self._ids), node_id, str(peer[0]), writer, {}, asyncio.current_task())
         self._connections[conn.connection_id] = conn
         self.stats["connections"] += 1
         frames = framing.FrameReader()
@@ -152,7 +159,7 @@ class ReferenceCluster:
         except framing.FrameError as exc:
             self.stats["closed_bad_input"] += 1
             log.warning("node %s conn %s: closing: %s", node_id, conn.connection_id, exc)
-        except (ConnectionError, asyncio.IncompleteReadError):
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
             pass
         finally:
             self._connections.pop(conn.connection_id, None)
@@ -176,7 +183,7 @@ class ReferenceCluster:
             log.warning("node %s: closing on unsupported api_key=%s version=%s", conn.node_id, api_key, api_version)
             return _CLOSE
         try:
-            request = framing.decode_request(frame)
+            request = framing.decode_request(frame, strict=False)
         except (framing.PayloadDecodeError, framing.UnsupportedApi) as exc:
             log.warning("node %s: closing on undecodable request: %s", conn.node_id, exc)
             return _CLOSE
@@ -195,6 +202,9 @@ class ReferenceCluster:
             result = handler.handle(ctx, request.body)
             if inspect.isawaitable(result):
                 result = await result
+        except CloseConnection as exc:
+            log.info("node %s: closing connection as Kafka does: %s", conn.node_id, exc)
+            return _CLOSE
         except Exception:
             self.stats["handler_errors"] += 1
             log.exception("node %s: handler for api_key=%s v%s failed", conn.node_id, api_key, api_version)

@@ -1,0 +1,709 @@
+"""The `kipcheck` command line.
+
+    kipcheck certify [--target SPEC]... [--out DIR] [--suite EXPR] [-n WORKERS]
+    kipcheck report RESULTS_DIR [--out DIR]
+    kipcheck catalog [--kip KIP] [--untested] [--results DIR]
+    kipcheck broker [--host H] [--port P] [--brokers N]
+    kipcheck target up SPEC
+
+Exit codes: 0 success (certify/report: no test failed on any target), 1 a test failed
+or errored, 2 usage or infrastructure error (message on stderr, no traceback).
+See docs/cli.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as _dt
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+DEFAULT_OUT = "kipcheck-report"
+SUITES_PACKAGE = "conformance.suites"
+PLUGIN_MODULE = "conformance.plugin"
+
+
+class UsageError(Exception):
+    """A bad argument or an infrastructure problem: print the message, exit 2."""
+
+
+def _err(msg: str) -> None:
+    print(f"kipcheck: error: {msg}", file=sys.stderr, flush=True)
+
+
+def _now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def _version() -> str:
+    from reports.certification import kipcheck_version
+
+    return kipcheck_version()
+
+
+# ---------------------------------------------------------------------------------
+# argument parsing
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="kipcheck",
+        description="Conformance suite for Kafka transactions (KIP-98/447), share groups (KIP-932) "
+        "and KIP-1289: certify a target, run the reference broker, browse the requirement catalog.",
+        epilog="Exit codes: 0 ok; 1 a conformance test failed or errored; 2 usage or infrastructure error.",
+    )
+    p.add_argument("--version", action="version", version=f"kipcheck {_version()}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    c = sub.add_parser(
+        "certify",
+        help="run the conformance suites against targets and write the certification report",
+        description="Run the conformance suites (the conformance.suites package) with pytest against "
+        "each target, then write OUT/report.json, OUT/report.html and OUT/allure-results/. "
+        "Extra pytest arguments may follow `--`.",
+    )
+    c.add_argument(
+        "--target",
+        "-t",
+        dest="targets",
+        action="append",
+        metavar="SPEC",
+        help="target spec, repeatable: reference[:nodes=N], kafka-native:VERSION[:nodes=N], "
+        "librdkafka-mock, testcontainers:IMAGE, external:HOST:PORT (default: reference)",
+    )
+    c.add_argument("--out", "-o", default=DEFAULT_OUT, metavar="DIR", help=f"output directory (default: ./{DEFAULT_OUT})")
+    c.add_argument(
+        "--suite",
+        "-s",
+        action="append",
+        metavar="EXPR",
+        help="select tests by a pytest -k expression (suite module, test name, keyword); "
+        "repeatable, joined with `or` (default: every suite)",
+    )
+    c.add_argument(
+        "-n",
+        "--workers",
+        default="1",
+        metavar="WORKERS",
+        help="pytest-xdist workers: a number or `auto` (default: 1; 0 runs in one process)",
+    )
+    c.add_argument(
+        "--format",
+        choices=("all", "json", "html"),
+        default="all",
+        help="report files to write: all (report.json and report.html), json or html (default: all)",
+    )
+    c.add_argument("--no-allure", action="store_true", help="do not write OUT/allure-results")
+    c.add_argument("--quiet", "-q", action="store_true", help="do not echo pytest's output (it is still saved to OUT/pytest.log)")
+    c.add_argument("pytest_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+    r = sub.add_parser(
+        "report",
+        help="rebuild the report from an existing results directory",
+        description="Rebuild report.json and report.html from the results rows of an earlier run.",
+    )
+    r.add_argument("results_dir", metavar="RESULTS_DIR", help="directory holding *.jsonl result rows (e.g. OUT/results)")
+    r.add_argument(
+        "--out",
+        "-o",
+        metavar="DIR",
+        help="where to write the report (default: the parent of RESULTS_DIR when it is named `results`, else RESULTS_DIR)",
+    )
+    r.add_argument("--format", choices=("all", "json", "html"), default="all", help="report files to write (default: all)")
+    r.add_argument("--catalog", metavar="DIR", help="requirement catalog directory (default: the packaged catalog)")
+    r.add_argument("--divergences", metavar="FILE", help="divergence register (default: the packaged divergences.yaml)")
+
+    k = sub.add_parser(
+        "catalog",
+        help="list catalog requirements and their test coverage",
+        description="List the requirement catalog. Coverage comes from --results (verdicts per target) "
+        "or, without it, from collecting the conformance suites (which tests claim each requirement).",
+    )
+    k.add_argument("--kip", action="append", metavar="KIP", help="only this KIP (KIP-98, 98, PROTO, ...); repeatable")
+    k.add_argument("--untested", action="store_true", help="only requirements that no test covers")
+    k.add_argument("--results", metavar="DIR", help="results directory of a run: show per-target verdicts")
+    k.add_argument("--no-collect", action="store_true", help="do not collect the suites (no coverage column)")
+    k.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    k.add_argument("--catalog", metavar="DIR", help="requirement catalog directory (default: the packaged catalog)")
+
+    b = sub.add_parser(
+        "broker",
+        help="run the reference broker in the foreground",
+        description="Run the kipcheck reference broker (N nodes in one process) until SIGINT/SIGTERM. "
+        "Prints `bootstrap=HOST:PORT[,...]` as its first line.",
+    )
+    b.add_argument("--host", default="127.0.0.1", help="listen address (default: 127.0.0.1)")
+    b.add_argument("--port", type=int, default=9092, help="port of node 1; node i listens on PORT+i-1; 0 = ephemeral (default: 9092)")
+    b.add_argument("--brokers", type=int, default=1, metavar="N", help="number of broker nodes (default: 1)")
+    b.add_argument("--advertised-host", metavar="HOST", help="host advertised in Metadata (default: --host)")
+    b.add_argument("--log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR"), help="log level (default: WARNING)")
+
+    t = sub.add_parser("target", help="manage a target cluster", description="Manage a target cluster.")
+    tsub = t.add_subparsers(dest="target_command", metavar="ACTION", parser_class=_Parser)
+    tsub.required = True
+    tu = tsub.add_parser(
+        "up",
+        help="start a target and keep it running until SIGINT/SIGTERM",
+        description="Start the target described by SPEC, print `bootstrap=...` first, and keep it "
+        "running until SIGINT/SIGTERM.",
+    )
+    tu.add_argument("spec", metavar="SPEC", help="target spec, e.g. reference:nodes=3 or kafka-native:4.1.0")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = parser.parse_args(argv)
+        args.argv = argv
+    except SystemExit as exc:  # --help, --version, usage errors
+        return int(exc.code) if isinstance(exc.code, int) else (EXIT_OK if exc.code is None else EXIT_USAGE)
+    handler = {
+        "certify": cmd_certify,
+        "report": cmd_report,
+        "catalog": cmd_catalog,
+        "broker": cmd_broker,
+        "target": cmd_target,
+    }[args.command]
+    try:
+        return handler(args)
+    except UsageError as exc:
+        _err(str(exc))
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return EXIT_USAGE
+    except BrokenPipeError:  # e.g. `kipcheck catalog | head`
+        with contextlib.suppress(Exception):
+            sys.stdout = open(os.devnull, "w")
+        return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------
+# certify
+
+
+def _parse_specs(specs: Sequence[str]) -> list[str]:
+    from fixtures.target import parse_target_spec
+
+    out = []
+    for s in specs:
+        try:
+            parsed = parse_target_spec(s)
+        except ValueError as exc:
+            raise UsageError(f"bad --target {s!r}: {exc}") from None
+        raw = parsed.raw or s
+        if raw in out:
+            raise UsageError(f"--target {raw!r} given twice")
+        out.append(raw)
+    return out
+
+
+def _plugin_registered() -> bool:
+    """Is conformance.plugin registered as a pytest11 entry point (installed kipcheck)?"""
+    try:
+        from importlib.metadata import entry_points
+
+        return any(ep.value.split(":")[0] == PLUGIN_MODULE for ep in entry_points(group="pytest11"))
+    except Exception:
+        return False
+
+
+def _check_importable(module: str) -> None:
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise UsageError(f"cannot import {module}: is kipcheck installed in this Python ({sys.executable})?")
+
+
+def pytest_command(
+    targets: Sequence[str],
+    results_dir: Path,
+    allure_dir: Path | None,
+    suite: Sequence[str] | None,
+    workers: str,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    cmd = [sys.executable, "-m", "pytest", "--pyargs", SUITES_PACKAGE, "-p", "no:cacheprovider"]
+    if not _plugin_registered():
+        cmd += ["-p", PLUGIN_MODULE]
+    for t in targets:
+        cmd += ["--target", t]
+    cmd += ["--kipcheck-results", str(results_dir)]
+    if allure_dir is not None:
+        cmd += ["--alluredir", str(allure_dir)]
+    cmd += ["-n", str(workers)]
+    if suite:
+        cmd += ["-k", " or ".join(f"({s})" for s in suite)]
+    cmd += list(extra)
+    return cmd
+
+
+def _reset_dir(path: Path) -> None:
+    """Empty a directory kipcheck owns (OUT/results, OUT/allure-results) before a run."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.is_dir():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+
+
+def _run_pytest(cmd: list[str], log_path: Path, echo: bool) -> int:
+    """Run pytest, tee its output to log_path (and the console unless quiet)."""
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    with open(log_path, "w", encoding="utf-8") as log:
+        log.write("$ " + " ".join(cmd) + "\n")
+        log.flush()
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True, errors="replace", bufsize=1
+        )
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                log.write(line)
+                if echo:
+                    sys.stdout.write(line)
+                    sys.stdout.flush()
+            return proc.wait()
+        except KeyboardInterrupt:
+            # The child got SIGINT too (same process group); give it time to finish.
+            try:
+                return proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                return proc.wait()
+
+
+# pytest exit codes: 0 ok, 1 tests failed, 2 interrupted, 3 internal error, 4 usage error, 5 no tests.
+_PYTEST_TROUBLE = {
+    2: "pytest was interrupted (collection errors or Ctrl-C)",
+    3: "pytest hit an internal error",
+    4: "pytest rejected its command line (is the conformance plugin installed?)",
+    5: "no conformance test was selected",
+}
+
+
+def cmd_certify(args: argparse.Namespace) -> int:
+    specs = _parse_specs(args.targets or ["reference"])
+    workers = str(args.workers)
+    if not (workers == "auto" or workers == "logical" or workers.isdigit()):
+        raise UsageError(f"-n must be a number or `auto`, got {workers!r}")
+    extra = list(args.pytest_args or [])
+    if extra and extra[0] != "--":
+        raise UsageError(f"unexpected argument {extra[0]!r} (extra pytest arguments go after `--`)")
+    extra = extra[1:]
+    _check_importable(SUITES_PACKAGE)
+    out = Path(args.out).resolve()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        results_dir = out / "results"
+        allure_dir = None if args.no_allure else out / "allure-results"
+        _reset_dir(results_dir)
+        if allure_dir is not None:
+            _reset_dir(allure_dir)
+    except OSError as exc:
+        raise UsageError(f"cannot prepare output directory {out}: {exc}") from None
+
+    cmd = pytest_command(specs, results_dir, allure_dir, args.suite, workers, extra)
+    started = _now_iso()
+    t0 = time.monotonic()
+    print(f"kipcheck certify: targets {', '.join(specs)} -> {out}", flush=True)
+    rc = _run_pytest(cmd, out / "pytest.log", echo=not args.quiet)
+    wall = time.monotonic() - t0
+    run = {
+        "command": ["kipcheck", *getattr(args, "argv", ["certify"])],
+        "pytest_command": cmd,
+        "pytest_exit_code": rc,
+        "targets": specs,
+        "suite": " or ".join(args.suite) if args.suite else None,
+        "workers": workers,
+        "started_at": started,
+        "finished_at": _now_iso(),
+        "wall_time_s": round(wall, 3),
+        "results_dir": str(results_dir),
+    }
+    (out / "run.json").write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
+
+    report = _build_and_write(results_dir, out, args.format, target_order=specs)
+    if allure_dir is not None:
+        _allure_environment(allure_dir, report)
+
+    print()
+    _print_summary(report, out, args.format, allure_dir)
+    from reports.certification import exit_code
+
+    code = exit_code(report)
+    for t in report["targets"]:
+        if t.get("start_error"):
+            _err(f"target {t['spec']} failed to start: {t['start_error']}")
+    if rc in _PYTEST_TROUBLE:
+        _err(f"{_PYTEST_TROUBLE[rc]} (pytest exit code {rc}); see {out / 'pytest.log'}")
+        return EXIT_USAGE
+    if rc == 1 and code == EXIT_OK:
+        # pytest saw a failure the results rows do not show (e.g. a collection error).
+        _err(f"pytest reported failures that are not in the results rows; see {out / 'pytest.log'}")
+        return EXIT_FAILED
+    if report["summary"]["result"] == "no-results":
+        _err(f"no results were written to {results_dir}; see {out / 'pytest.log'}")
+    return code
+
+
+def _build_and_write(results_dir: Path, out: Path, fmt: str, target_order: list[str] | None = None,
+                     catalog: str | None = None, divergences: str | None = None) -> dict[str, Any]:
+    from reports.certification import build_report_from_dir, write_json
+    from reports.html_report import write_html
+
+    try:
+        report = build_report_from_dir(results_dir, catalog, divergences, target_order=target_order)
+    except FileNotFoundError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        if fmt in ("all", "json"):
+            write_json(report, out / "report.json")
+        if fmt in ("all", "html"):
+            write_html(report, out / "report.html")
+    except OSError as exc:
+        raise UsageError(f"cannot write the report to {out}: {exc}") from None
+    return report
+
+
+def _allure_environment(allure_dir: Path, report: dict[str, Any]) -> None:
+    """Add environment.properties (targets, versions) for Allure's Environment widget."""
+    if not allure_dir.is_dir():
+        return
+    lines = [f"kipcheck.version={report.get('kipcheck_version')}"]
+    for t in report["targets"]:
+        key = t["spec"].replace(" ", "_").replace("=", "_").replace(":", "_")
+        ff = ",".join(f"{k}={v}" for k, v in sorted((t.get("finalized_features") or {}).items()))
+        lines.append(f"target.{key}=kind {t.get('kind')}, version {t.get('version')}, nodes {t.get('nodes')}"
+                     + (f", features {ff}" if ff else ""))
+    with contextlib.suppress(OSError):
+        (allure_dir / "environment.properties").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _print_summary(report: dict[str, Any], out: Path, fmt: str, allure_dir: Path | None = None) -> None:
+    from reports.certification import summary_lines
+
+    for line in summary_lines(report):
+        print(line)
+    for p in report.get("problems") or []:
+        print(f"warning: {p}")
+    result = report["summary"]["result"]
+    print(f"result: {result.upper()}")
+    if fmt in ("all", "json"):
+        print(f"report.json: {out / 'report.json'}")
+    if fmt in ("all", "html"):
+        print(f"report.html: {out / 'report.html'}")
+    if allure_dir is not None:
+        print(f"allure-results: {allure_dir}")
+    sys.stdout.flush()
+
+
+# ---------------------------------------------------------------------------------
+# report
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    results_dir = Path(args.results_dir).resolve()
+    if not results_dir.is_dir():
+        raise UsageError(f"results directory {args.results_dir} does not exist")
+    if args.out:
+        out = Path(args.out).resolve()
+    else:
+        out = results_dir.parent if results_dir.name == "results" else results_dir
+    _load_catalog_or_fail(args.catalog)
+    report = _build_and_write(results_dir, out, args.format, catalog=args.catalog, divergences=args.divergences)
+    _print_summary(report, out, args.format)
+    from reports.certification import exit_code
+
+    code = exit_code(report)
+    for t in report["targets"]:
+        if t.get("start_error"):
+            _err(f"target {t['spec']} failed to start: {t['start_error']}")
+    if report["summary"]["result"] == "no-results":
+        _err(f"no result rows in {results_dir}")
+    return code
+
+
+def _load_catalog_or_fail(path: str | None) -> list[dict[str, Any]]:
+    """The catalog; an invalid one is read without validation after a warning."""
+    from reports.certification import CatalogProblem, load_catalog_docs
+
+    if path is not None and not Path(path).is_dir():
+        raise UsageError(f"catalog directory {path} does not exist")
+    try:
+        docs = load_catalog_docs(path)
+    except CatalogProblem as exc:
+        lines = str(exc).splitlines()
+        shown = lines[1:6]
+        more = len(lines) - 1 - len(shown)
+        print(
+            "kipcheck: warning: " + lines[0] + "\n" + "\n".join(shown)
+            + (f"\n  ... and {more} more" if more > 0 else "")
+            + "\n(read without validation)",
+            file=sys.stderr,
+            flush=True,
+        )
+        docs = load_catalog_docs(path, strict=False)
+    if not docs:
+        raise UsageError(f"the requirement catalog {path or '(packaged)'} is empty or missing")
+    return docs
+
+
+# ---------------------------------------------------------------------------------
+# catalog
+
+
+class _MarkerCollector:
+    """A pytest plugin object that records the requirement ids each collected test claims."""
+
+    def __init__(self) -> None:
+        self.by_test: dict[str, list[str]] = {}
+
+    def pytest_collection_modifyitems(self, items: list[Any]) -> None:
+        for item in items:
+            ids: list[str] = []
+            for m in item.iter_markers("requirement"):
+                ids.extend(str(a) for a in m.args)
+            self.by_test[item.nodeid] = ids
+
+
+def collect_requirement_claims() -> dict[str, list[str]] | None:
+    """Collect the suites in-process; test nodeid -> requirement ids. None if not possible."""
+    import importlib.util
+
+    try:
+        if importlib.util.find_spec(SUITES_PACKAGE) is None:
+            return None
+        import pytest
+    except Exception:
+        return None
+    collector = _MarkerCollector()
+    args = ["--collect-only", "-qq", "-p", "no:cacheprovider", "--pyargs", SUITES_PACKAGE]
+    if not _plugin_registered():
+        args[4:4] = ["-p", PLUGIN_MODULE]
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+            rc = pytest.main(args, plugins=[collector])
+    except Exception:
+        return None
+    if rc not in (0, 5):
+        return None
+    return collector.by_test
+
+
+def cmd_catalog(args: argparse.Namespace) -> int:
+    from reports.certification import build_report, normalize_kip, read_results
+
+    docs = _load_catalog_or_fail(args.catalog)
+    wanted = {normalize_kip(k).upper() for k in args.kip or []}
+    if wanted:
+        known = {d["kip"].upper() for d in docs}
+        missing = sorted(wanted - known)
+        if missing:
+            raise UsageError(f"unknown KIP {', '.join(missing)}; the catalog has {', '.join(d['kip'] for d in docs)}")
+        docs = [d for d in docs if d["kip"].upper() in wanted]
+
+    rows: list[dict[str, Any]] = []
+    specs: list[str] = []
+    if args.results:
+        rdir = Path(args.results)
+        if not rdir.is_dir():
+            raise UsageError(f"results directory {args.results} does not exist")
+        report = build_report(read_results(rdir), docs)
+        specs = [t["spec"] for t in report["targets"]]
+        for r in report["requirements"]:
+            if not r["in_catalog"]:
+                continue
+            rows.append(
+                {
+                    "id": r["id"],
+                    "kip": r["kip"],
+                    "level": r["level"],
+                    "behaviour": r["behaviour"],
+                    "tests": [t["nodeid"] for t in r["tests"]],
+                    "verdicts": {s: r["per_target"][s]["verdict"] for s in specs},
+                }
+            )
+        source = f"results in {rdir}"
+    else:
+        claims = None if args.no_collect else collect_requirement_claims()
+        by_req: dict[str, list[str]] = {}
+        for nodeid, ids in (claims or {}).items():
+            for rid in ids:
+                by_req.setdefault(rid, []).append(nodeid)
+        for d in docs:
+            for r in d["requirements"]:
+                rows.append(
+                    {
+                        "id": r["id"],
+                        "kip": d["kip"],
+                        "level": r["level"],
+                        "behaviour": r["behaviour"],
+                        "tests": sorted(by_req.get(r["id"], [])) if claims is not None else None,
+                    }
+                )
+        if claims is None:
+            if args.untested and not args.no_collect:
+                raise UsageError("cannot tell which requirements are untested: collecting the conformance suites failed "
+                                 "(try `kipcheck catalog --results OUT/results`)")
+            source = "catalog only (suites not collected)"
+        else:
+            source = f"collected {len(claims)} tests from {SUITES_PACKAGE}"
+    if args.untested:
+        if args.no_collect and not args.results:
+            raise UsageError("--untested needs test coverage: drop --no-collect or pass --results")
+        rows = [r for r in rows if not r["tests"]]
+
+    if args.json:
+        print(json.dumps({"source": source, "targets": specs, "requirements": rows}, indent=2))
+        return EXIT_OK
+    _print_catalog(rows, specs, docs, source)
+    return EXIT_OK
+
+
+def _print_catalog(rows: list[dict[str, Any]], specs: list[str], docs: list[dict[str, Any]], source: str) -> None:
+    width = shutil.get_terminal_size((120, 24)).columns
+    titles = {d["kip"]: d.get("title") or "" for d in docs}
+    idw = max([len(r["id"]) for r in rows] + [2])
+    by_kip: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_kip.setdefault(r["kip"], []).append(r)
+    def coverage_text(r: dict[str, Any]) -> str:
+        if specs:
+            return "  ".join(f"{s}={r['verdicts'][s]}" for s in specs)
+        if r["tests"] is None:
+            return ""
+        return f"{len(r['tests'])} test(s)" if r["tests"] else "NO TEST"
+
+    covw = max([len(coverage_text(r)) for r in rows] + [0])
+    for d in docs:
+        kip = d["kip"]
+        items = by_kip.get(kip, [])
+        total = len(d["requirements"])
+        untested = sum(1 for r in items if r["tests"] is not None and not r["tests"]) if not specs else None
+        head = f"{kip}  {titles.get(kip, '')}  ({len(items)} of {total} requirements"
+        if untested is not None and rows and items and items[0]["tests"] is not None:
+            head += f", {untested} without a test"
+        print(head + ")")
+        for r in items:
+            cov = coverage_text(r).ljust(covw)
+            level = (r["level"] or "").upper()
+            prefix = f"  {r['id'].ljust(idw)}  {level:<6}  {cov}  " if cov else f"  {r['id'].ljust(idw)}  {level:<6}  "
+            room = max(width - len(prefix), 30)
+            behaviour = r["behaviour"] or ""
+            if len(behaviour) > room:
+                behaviour = behaviour[: room - 1] + "…"
+            print(prefix + behaviour)
+        print()
+    print(f"({source})")
+
+
+# ---------------------------------------------------------------------------------
+# broker
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+
+    if args.brokers < 1:
+        raise UsageError("--brokers must be at least 1")
+    if not 0 <= args.port <= 65535 or (args.port and args.port + args.brokers - 1 > 65535):
+        raise UsageError(f"--port {args.port} is out of range for {args.brokers} broker(s)")
+    logging.basicConfig(level=getattr(logging, args.log_level), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        from reference_impl.server.broker_server import ReferenceCluster
+    except Exception as exc:
+        raise UsageError(f"the reference broker cannot be loaded: {exc}") from None
+
+    async def serve() -> None:
+        cluster = ReferenceCluster(
+            brokers=args.brokers, host=args.host, port=args.port, advertised_host=args.advertised_host
+        )
+        try:
+            await cluster.start()
+        except OSError as exc:  # port in use, bad address
+            await _quiet_stop(cluster)
+            raise UsageError(str(exc)) from None
+        except Exception as exc:
+            await _quiet_stop(cluster)
+            raise UsageError(f"the reference broker failed to start: {type(exc).__name__}: {exc}") from None
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, stop.set)
+        print(f"bootstrap={cluster.bootstrap_servers}", flush=True)
+        print(f"kipcheck reference broker: {args.brokers} node(s); stop with Ctrl-C or SIGTERM", file=sys.stderr, flush=True)
+        try:
+            await stop.wait()
+        finally:
+            await cluster.stop()
+
+    try:
+        asyncio.run(serve())
+    except KeyboardInterrupt:  # signal handler not installed (e.g. not the main thread)
+        pass
+    print("kipcheck reference broker stopped", file=sys.stderr, flush=True)
+    return EXIT_OK
+
+
+async def _quiet_stop(cluster: Any) -> None:
+    with contextlib.suppress(Exception):
+        for sock in list(getattr(cluster, "_sockets", {}).values()):
+            sock.close()
+
+
+# ---------------------------------------------------------------------------------
+# target up
+
+
+def cmd_target(args: argparse.Namespace) -> int:
+    if args.target_command != "up":  # pragma: no cover - argparse enforces the choices
+        raise UsageError(f"unknown target action {args.target_command!r}")
+    _parse_specs([args.spec])
+    try:
+        from fixtures.target_up import target_up
+    except ImportError as exc:
+        raise UsageError(f"`kipcheck target up` is not available in this build: {exc}") from None
+    try:
+        rc = target_up(args.spec)
+    except ValueError as exc:
+        raise UsageError(f"bad target spec {args.spec!r}: {exc}") from None
+    except Exception as exc:
+        # TargetError and provider failures: say what went wrong, no traceback.
+        raise UsageError(f"target {args.spec} failed: {exc}") from None
+    return rc if isinstance(rc, int) else EXIT_OK
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

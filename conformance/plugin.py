@@ -1,0 +1,795 @@
+"""kipcheck pytest plugin (entry point ``pytest11: kipcheck = conformance.plugin``).
+
+Options
+  --target SPEC            target to test (repeatable, comma lists allowed); default
+                           ``reference``; env ``KIPCHECK_TARGETS`` (comma separated) when
+                           no --target is given
+  --kipcheck-results DIR   write result rows (results-<worker>.jsonl), target
+                           descriptions (targets-<worker>.json) and session.json
+  --no-differential        do not run differential scenarios on the reference
+  --kipcheck-catalog DIR   requirement catalog directory (default: the packaged one)
+
+Marker ``requirement(*ids)``: mandatory for tests under ``conformance/suites/``; ids
+must be in the catalog. Both are collection errors. ``target_kinds(*kinds)`` restricts a
+test to target kinds (others: skipped).
+
+Fixtures: ``target`` (parametrized over the selected targets), ``reference``,
+``capabilities``, ``unique``, ``differential``, ``kipcheck_targets`` (the pool).
+
+Verdicts per test: pass | fail | not_supported | error | skipped. NotSupportedByTarget
+raised in setup or in the test becomes ``not_supported`` (pytest shows a skip whose
+reason starts with "not supported by target:"), never a pass.
+
+Hook for other plugins/conftests: ``pytest_kipcheck_create_target(spec, config)``
+(firstresult) may return a Target instance for a spec; default `create_target`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import secrets
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fixtures.target import KINDS, NotSupportedByTarget, Target, TargetError, TargetSpec, parse_target_spec
+
+from conformance.differential import Differential, UniqueIds, safe_name
+
+NOT_SUPPORTED_PREFIX = "not supported by target: "
+VERDICTS = ("pass", "fail", "not_supported", "error", "skipped")
+DEFAULT_TARGET = "reference"
+ENV_TARGETS = "KIPCHECK_TARGETS"
+SUITES_PARTS = ("conformance", "suites")
+# kinds whose NotSupportedByTarget at start (no Docker engine, optional package missing)
+# skips their tests instead of failing them
+SKIPPABLE_KINDS = ("testcontainers",)
+
+
+# -- hook specification ------------------------------------------------------------------
+
+
+class KipcheckHookSpecs:
+    @pytest.hookspec(firstresult=True)
+    def pytest_kipcheck_create_target(self, spec: TargetSpec, config: pytest.Config) -> Target | None:
+        """Return a (not yet started) Target for spec, or None to use the default factory."""
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(KipcheckHookSpecs)
+
+
+# -- options -------------------------------------------------------------------------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("kipcheck", "kipcheck conformance suite")
+    group.addoption(
+        "--target",
+        action="append",
+        dest="kipcheck_targets",
+        default=None,
+        metavar="SPEC",
+        help="target to run conformance tests against, e.g. reference, kafka-native:4.1.0, "
+        "testcontainers:apache/kafka:3.9.0, external:HOST:PORT (repeatable; default: "
+        f"${ENV_TARGETS} or 'reference')",
+    )
+    group.addoption(
+        "--kipcheck-results",
+        dest="kipcheck_results",
+        default=None,
+        metavar="DIR",
+        help="write result rows (results-<worker>.jsonl) and target descriptions (targets-<worker>.json) to DIR",
+    )
+    group.addoption(
+        "--no-differential",
+        action="store_true",
+        dest="kipcheck_no_differential",
+        default=False,
+        help="do not run differential scenarios on the reference target",
+    )
+    group.addoption(
+        "--kipcheck-catalog",
+        dest="kipcheck_catalog",
+        default=None,
+        metavar="DIR",
+        help="requirement catalog directory (default: the packaged conformance/catalog)",
+    )
+
+
+def split_specs(text: str) -> list[str]:
+    """Split a comma-separated spec list; pieces that do not start with a target kind
+    continue the previous spec (``external:h1:9092,h2:9092``)."""
+    out: list[str] = []
+    for piece in text.split(","):
+        piece = piece.strip()
+        if not piece:
+            continue
+        kind = piece.split(":", 1)[0]
+        if kind not in KINDS and out:
+            out[-1] = f"{out[-1]},{piece}"
+        else:
+            out.append(piece)
+    return out
+
+
+def selected_specs(config: pytest.Config) -> list[TargetSpec]:
+    raw: list[str] = []
+    cli = config.getoption("kipcheck_targets")
+    if cli:
+        for value in cli:
+            raw.extend(split_specs(value))
+    elif os.environ.get(ENV_TARGETS, "").strip():
+        raw.extend(split_specs(os.environ[ENV_TARGETS]))
+    if not raw:
+        raw = [DEFAULT_TARGET]
+    specs: list[TargetSpec] = []
+    seen: set[str] = set()
+    for text in raw:
+        try:
+            spec = parse_target_spec(text)
+        except ValueError as exc:
+            raise pytest.UsageError(f"kipcheck: bad target spec: {exc}") from None
+        if spec.raw not in seen:
+            seen.add(spec.raw)
+            specs.append(spec)
+    return specs
+
+
+def worker_id(config: pytest.Config) -> str:
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput:
+        return str(workerinput.get("workerid", "main"))
+    return "main"
+
+
+def is_xdist_worker(config: pytest.Config) -> bool:
+    return getattr(config, "workerinput", None) is not None
+
+
+# -- target pool ----------------------------------------------------------------------------
+
+
+def _stop_quietly(target: Target | None) -> None:
+    if target is not None:
+        try:
+            target.stop()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+@dataclass
+class _PoolEntry:
+    spec: TargetSpec
+    target: Target | None = None
+    error: BaseException | None = None
+    skip_reason: str | None = None
+    started_at: float | None = None
+
+
+class TargetPool:
+    """Targets of one pytest process (one xdist worker): started lazily, once, stopped at
+    session end. A start failure is remembered and fails every test that needs it."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self._entries: dict[str, _PoolEntry] = {}
+        self._lock = threading.RLock()
+
+    def get(self, spec: TargetSpec | str) -> Target:
+        if isinstance(spec, str):
+            spec = parse_target_spec(spec)
+        with self._lock:
+            entry = self._entries.get(spec.raw)
+            if entry is None:
+                entry = self._entries[spec.raw] = self._start(spec)
+        if entry.skip_reason is not None:
+            pytest.skip(entry.skip_reason)
+        if entry.error is not None:
+            raise TargetError(f"target {spec.raw} failed to start: {type(entry.error).__name__}: {entry.error}") from entry.error
+        assert entry.target is not None
+        return entry.target
+
+    def started(self, spec: TargetSpec) -> Target | None:
+        entry = self._entries.get(spec.raw)
+        return entry.target if entry is not None else None
+
+    def reference_for(self, target: Target) -> Target:
+        nodes = len(target.node_ids) if target.spec.nodes > 1 else 1
+        return self.get(DEFAULT_TARGET if nodes == 1 else f"{DEFAULT_TARGET}:nodes={nodes}")
+
+    def _start(self, spec: TargetSpec) -> _PoolEntry:
+        entry = _PoolEntry(spec, started_at=time.time())
+        target: Target | None = None
+        try:
+            target = self.config.hook.pytest_kipcheck_create_target(spec=spec, config=self.config)
+            if target is None:
+                from fixtures.targets import create_target
+
+                target = create_target(spec)
+            target.start()
+            entry.target = target
+        except NotSupportedByTarget as exc:
+            if spec.kind in SKIPPABLE_KINDS:
+                # testcontainers without a Docker engine (or without the optional extra):
+                # an environment limitation, reported as a skip with the reason
+                entry.skip_reason = f"{spec.kind} target {spec.raw} skipped: {exc.reason}"
+            else:
+                entry.error = exc
+            _stop_quietly(target)
+        except Exception as exc:  # noqa: BLE001 - remembered and raised in every test
+            entry.error = exc
+            _stop_quietly(target)
+        return entry
+
+    def entries(self) -> list[_PoolEntry]:
+        return list(self._entries.values())
+
+    def describe_all(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for entry in self.entries():
+            row: dict[str, Any] = {"spec": entry.spec.raw, "kind": entry.spec.kind}
+            if entry.target is not None:
+                try:
+                    row["describe"] = entry.target.describe()
+                except Exception as exc:  # noqa: BLE001
+                    row["describe"] = {"error": f"{type(exc).__name__}: {exc}"}
+                try:
+                    row["capabilities"] = entry.target.capabilities().to_dict()
+                except Exception as exc:  # noqa: BLE001
+                    row["capabilities"] = {"error": f"{type(exc).__name__}: {exc}"}
+            row["start_error"] = None if entry.error is None else f"{type(entry.error).__name__}: {entry.error}"
+            row["skip_reason"] = entry.skip_reason
+            out[entry.spec.raw] = row
+        return out
+
+    def stop_all(self) -> list[str]:
+        problems = []
+        for entry in self.entries():
+            if entry.target is not None:
+                try:
+                    entry.target.stop()
+                except Exception as exc:  # noqa: BLE001
+                    problems.append(f"stopping {entry.spec.raw}: {type(exc).__name__}: {exc}")
+                entry.target = None
+        return problems
+
+
+# -- plugin state ---------------------------------------------------------------------------
+
+
+@dataclass
+class KipcheckState:
+    config: pytest.Config
+    specs: list[TargetSpec]
+    worker: str
+    results_dir: Path | None
+    differential: bool
+    catalog_dir: str | None
+    pool: TargetPool
+    token: str = field(default_factory=lambda: secrets.token_hex(3))
+    started_at: float = field(default_factory=time.time)
+    counter: int = 0
+    verdicts: dict[str, int] = field(default_factory=dict)
+    divergences: int = 0
+    skipped_targets: dict[str, str] = field(default_factory=dict)
+    failed_targets: dict[str, str] = field(default_factory=dict)
+    _catalog: Any = None
+    _catalog_error: BaseException | None = None
+
+    def catalog(self) -> Any:
+        if self._catalog is None and self._catalog_error is None:
+            from conformance.catalog import get_catalog
+
+            try:
+                self._catalog = get_catalog(self.catalog_dir)
+            except Exception as exc:  # noqa: BLE001
+                self._catalog_error = exc
+        if self._catalog_error is not None:
+            raise self._catalog_error
+        return self._catalog
+
+    def next_counter(self) -> int:
+        self.counter += 1
+        return self.counter
+
+
+STATE_KEY = pytest.StashKey[KipcheckState]()
+PHASES_KEY = pytest.StashKey[dict]()
+DIVERGENCES_KEY = pytest.StashKey[list]()
+NOT_SUPPORTED_KEY = pytest.StashKey[str]()
+
+
+def _state(config: pytest.Config) -> KipcheckState:
+    return config.stash[STATE_KEY]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "requirement(*ids): requirement ids from conformance/catalog this test checks")
+    config.addinivalue_line("markers", "target_kinds(*kinds): restrict a test to target kinds")
+    results = config.getoption("kipcheck_results")
+    results_dir = Path(results).resolve() if results else None
+    state = KipcheckState(
+        config=config,
+        specs=selected_specs(config),
+        worker=worker_id(config),
+        results_dir=results_dir,
+        differential=not config.getoption("kipcheck_no_differential"),
+        catalog_dir=config.getoption("kipcheck_catalog"),
+        pool=TargetPool(config),
+    )
+    config.stash[STATE_KEY] = state
+    config.pluginmanager.register(_ReportCounter(state), "kipcheck-report-counter")
+    if results_dir is not None and not is_xdist_worker(config):
+        results_dir.mkdir(parents=True, exist_ok=True)
+        for pattern in ("results-*.jsonl", "targets-*.json", "session.json"):
+            for old in results_dir.glob(pattern):
+                old.unlink()
+
+
+# -- collection: requirement markers ------------------------------------------------------------
+
+
+def in_suites(path: Path | str) -> bool:
+    parts = Path(path).parts
+    return any(parts[i : i + 2] == SUITES_PARTS for i in range(len(parts) - 1))
+
+
+def requirement_ids(item: pytest.Item) -> list[str]:
+    ids: list[str] = []
+    for mark in item.iter_markers("requirement"):
+        for arg in mark.args:
+            if isinstance(arg, str) and arg not in ids:
+                ids.append(arg)
+    return ids
+
+
+def _item_problems(state: KipcheckState, item: pytest.Item) -> list[str]:
+    problems: list[str] = []
+    marks = list(item.iter_markers("requirement"))
+    if not marks:
+        if in_suites(item.path):
+            problems.append(
+                f"{item.nodeid}: conformance test has no @pytest.mark.requirement(...) marker naming the catalog ids it checks"
+            )
+        return problems
+    ids: list[str] = []
+    for mark in marks:
+        if not mark.args:
+            problems.append(f"{item.nodeid}: @pytest.mark.requirement() needs at least one requirement id")
+        for arg in mark.args:
+            if not isinstance(arg, str):
+                problems.append(f"{item.nodeid}: requirement ids must be strings, got {arg!r}")
+            else:
+                ids.append(arg)
+    if ids:
+        try:
+            catalog = state.catalog()
+        except Exception as exc:  # noqa: BLE001
+            problems.append(f"{item.nodeid}: cannot check requirement ids, the catalog does not load: {exc}")
+            return problems
+        unknown = catalog.unknown(ids)
+        if unknown:
+            problems.append(
+                f"{item.nodeid}: unknown requirement id(s) {', '.join(unknown)} (not in the catalog {catalog.directory})"
+            )
+    for mark in item.iter_markers("target_kinds"):
+        bad = [k for k in mark.args if k not in KINDS]
+        if bad or not mark.args:
+            problems.append(f"{item.nodeid}: target_kinds needs kinds from {', '.join(KINDS)}, got {list(mark.args)}")
+    return problems
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    rep = yield
+    if not rep.passed or not rep.result:
+        return rep
+    state = _state(collector.config)
+    problems: list[str] = []
+    for node in rep.result:
+        if isinstance(node, pytest.Item):
+            problems.extend(_item_problems(state, node))
+    if problems:
+        rep.outcome = "failed"
+        rep.longrepr = "kipcheck requirement check failed:\n" + "\n".join(dict.fromkeys(problems))
+        rep.result = []
+    return rep
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "target" not in metafunc.fixturenames:
+        return
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        names = mark.args[0] if mark.args else mark.kwargs.get("argnames", "")
+        if isinstance(names, str):
+            names = [n.strip() for n in names.split(",")]
+        if "target" in names:
+            return  # the test parametrizes target itself
+    specs = _state(metafunc.config).specs
+    metafunc.parametrize("target", specs, indirect=True, ids=[s.raw for s in specs], scope="session")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """target_kinds(*kinds): tests whose target is of another kind are skipped."""
+    for item in items:
+        kinds = [k for m in item.iter_markers("target_kinds") for k in m.args]
+        spec = _item_spec(item) if kinds else None
+        if spec is not None and spec.kind not in kinds:
+            item.add_marker(pytest.mark.skip(reason=f"test restricted to target kinds {', '.join(kinds)}; {spec.raw} is {spec.kind}"))
+
+
+# -- fixtures --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def kipcheck_targets(request: pytest.FixtureRequest) -> TargetPool:
+    """The per-process target pool (targets start lazily, stop at session end)."""
+    return _state(request.config).pool
+
+
+@pytest.fixture
+def target(request: pytest.FixtureRequest, kipcheck_targets: TargetPool) -> Target:
+    """The target under test; tests are parametrized over the selected --target specs
+    (parameter scope "session": items are grouped by target; the instance comes from
+    the pool, so it is started once per process and stopped at session end)."""
+    state = _state(request.config)
+    spec: TargetSpec = getattr(request, "param", None) or state.specs[0]
+    try:
+        return kipcheck_targets.get(spec)
+    except TargetError as exc:
+        state.failed_targets[spec.raw] = str(exc)
+        raise
+    except pytest.skip.Exception as exc:
+        state.skipped_targets[spec.raw] = str(exc.msg)
+        raise
+
+
+@pytest.fixture(scope="session")
+def reference(kipcheck_targets: TargetPool) -> Target:
+    """The session's reference target (for differential comparison)."""
+    return kipcheck_targets.get(DEFAULT_TARGET)
+
+
+@pytest.fixture
+def capabilities(target: Target):
+    """The target's advertised capabilities (ApiVersions ranges, features)."""
+    return target.capabilities()
+
+
+@pytest.fixture
+def unique(request: pytest.FixtureRequest) -> UniqueIds:
+    """Per-test unique names: unique.topic(), unique.group(), unique.transactional_id(),
+    unique("kind"); the base holds a session token, the xdist worker id and the test."""
+    state = _state(request.config)
+    test = safe_name(request.node.name, limit=50)
+    return UniqueIds(f"kc{state.token}-{state.worker}-{test}-{state.next_counter()}")
+
+
+@pytest.fixture
+def differential(request: pytest.FixtureRequest, target: Target, unique: UniqueIds, kipcheck_targets: TargetPool) -> Differential:
+    """Run scenarios on the target and the reference; differences are recorded as
+    divergences on the test's result row (they never decide the verdict)."""
+    state = _state(request.config)
+    item = request.node
+    divergences = item.stash.setdefault(DIVERGENCES_KEY, [])
+    return Differential(
+        target,
+        lambda: kipcheck_targets.reference_for(target),
+        enabled=state.differential,
+        ids_base=f"{unique.base}-d",
+        requirements=requirement_ids(item),
+        record=divergences.append,
+    )
+
+
+# -- running: not_supported conversion, allure labels ------------------------------------------
+
+
+def _not_supported(item: pytest.Item, exc: NotSupportedByTarget) -> BaseException:
+    reason = f"{NOT_SUPPORTED_PREFIX}{exc.reason}"
+    item.stash[NOT_SUPPORTED_KEY] = reason
+    skip = pytest.skip.Exception(reason, _use_item_location=True)
+    skip.__cause__ = exc
+    return skip
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    _allure_labels(item)
+    try:
+        return (yield)
+    except NotSupportedByTarget as exc:
+        raise _not_supported(item, exc) from exc
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    _allure_description(item)
+    try:
+        return (yield)
+    except NotSupportedByTarget as exc:
+        raise _not_supported(item, exc) from exc
+
+
+def _allure_active(config: pytest.Config) -> bool:
+    return config.pluginmanager.get_plugin("allure_listener") is not None
+
+
+def _allure_labels(item: pytest.Item) -> None:
+    if not _allure_active(item.config):
+        return
+    ids = requirement_ids(item)
+    if not ids and not _is_recorded(item):
+        return
+    try:
+        import allure
+
+        state = _state(item.config)
+        catalog = None
+        try:
+            catalog = state.catalog()
+        except Exception:  # noqa: BLE001
+            pass
+        kips: list[str] = []
+        for rid in ids:
+            allure.dynamic.label("requirement", rid)
+            allure.dynamic.tag(rid)
+            allure.dynamic.story(rid)
+            allure.dynamic.link(rid, link_type="requirement", name=rid)
+            if catalog is not None and rid in catalog and catalog.get(rid).kip not in kips:
+                kips.append(catalog.get(rid).kip)
+        if kips:
+            allure.dynamic.feature(*kips)
+        spec = _item_spec(item)
+        if spec is not None:
+            allure.dynamic.label("target", spec.raw)
+    except Exception:  # noqa: BLE001 - reporting decoration must never break a test
+        pass
+
+
+def _allure_description(item: pytest.Item) -> None:
+    """Test docstring plus each requirement's behaviour and oracle (allure-pytest sets
+    the docstring at the end of setup, so this runs at call time)."""
+    if not _allure_active(item.config):
+        return
+    ids = requirement_ids(item)
+    if not ids:
+        return
+    try:
+        import allure
+
+        catalog = _state(item.config).catalog()
+        parts = []
+        doc = getattr(getattr(item, "function", None), "__doc__", None)
+        if doc:
+            parts.append(" ".join(doc.split()))
+        for rid in ids:
+            if rid in catalog:
+                r = catalog.get(rid)
+                parts.append(f"**{rid}** ({r.level}): {r.behaviour}\n\n_Oracle:_ {r.oracle}")
+        allure.dynamic.description("\n\n".join(parts))
+    except Exception:  # noqa: BLE001 - reporting decoration must never break a test
+        pass
+
+
+# -- results --------------------------------------------------------------------------------
+
+
+def _item_spec(item: pytest.Item) -> TargetSpec | None:
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None:
+        value = callspec.params.get("target")
+        if isinstance(value, TargetSpec):
+            return value
+    if "target" in getattr(item, "fixturenames", ()):
+        specs = _state(item.config).specs
+        return specs[0] if specs else None
+    return None
+
+
+def _is_recorded(item: pytest.Item) -> bool:
+    return (
+        in_suites(item.path)
+        or item.get_closest_marker("requirement") is not None
+        or "target" in getattr(item, "fixturenames", ())
+    )
+
+
+def _suite_name(item: pytest.Item) -> str:
+    path = Path(item.path)
+    parts = path.with_suffix("").parts
+    for i in range(len(parts) - 1):
+        if parts[i : i + 2] == SUITES_PARTS:
+            rel = list(parts[i + 2 :])
+            break
+    else:
+        try:
+            rel = list(path.with_suffix("").relative_to(item.config.rootpath).parts)
+        except ValueError:
+            rel = [path.stem]
+    if rel and rel[-1].startswith("test_"):
+        rel[-1] = rel[-1][len("test_") :]
+    return "/".join(rel)
+
+
+def _test_name(item: pytest.Item) -> str:
+    name = item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
+    return re.sub(r"\[.*\]$", "", name)
+
+
+def _reason(rep: pytest.TestReport) -> str | None:
+    longrepr = rep.longrepr
+    if longrepr is None:
+        return None
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        msg = str(longrepr[2])
+        return msg[len("Skipped: ") :] if msg.startswith("Skipped: ") else msg
+    crash = getattr(longrepr, "reprcrash", None)
+    if crash is not None and getattr(crash, "message", None):
+        return str(crash.message)[:4000]
+    text = str(longrepr).strip()
+    return text.splitlines()[-1][:4000] if text else None
+
+
+def _verdict(item: pytest.Item, phases: dict[str, pytest.TestReport]) -> tuple[str, str | None]:
+    not_supported = item.stash.get(NOT_SUPPORTED_KEY, None)
+    setup, call, teardown = phases.get("setup"), phases.get("call"), phases.get("teardown")
+
+    def skipped_verdict(rep: pytest.TestReport) -> tuple[str, str | None]:
+        reason = _reason(rep)
+        if not_supported is not None or (reason or "").startswith(NOT_SUPPORTED_PREFIX):
+            return "not_supported", reason
+        return "skipped", reason
+
+    if setup is not None and setup.failed:
+        return "error", f"setup: {_reason(setup)}"
+    if setup is not None and setup.skipped:
+        return skipped_verdict(setup)
+    if call is None:
+        return "error", "test did not run"
+    if hasattr(call, "wasxfail"):
+        if call.skipped:
+            return "fail", f"expected failure (xfail): {call.wasxfail}".rstrip(": ")
+        if call.passed:
+            verdict, reason = "pass", None
+        else:  # strict xpass
+            return "fail", _reason(call)
+    elif call.failed:
+        return "fail", _reason(call)
+    elif call.skipped:
+        return skipped_verdict(call)
+    else:
+        verdict, reason = "pass", None
+    if teardown is not None and teardown.failed:
+        return "error", f"teardown: {_reason(teardown)}"
+    return verdict, reason
+
+
+def build_row(item: pytest.Item, phases: dict[str, pytest.TestReport]) -> dict[str, Any]:
+    state = _state(item.config)
+    verdict, reason = _verdict(item, phases)
+    spec = _item_spec(item)
+    target_version = None
+    if spec is not None:
+        started = state.pool.started(spec)
+        target_version = started.version if started is not None else spec.version
+    return {
+        "nodeid": item.nodeid,
+        "test": _test_name(item),
+        "suite": _suite_name(item),
+        "target": spec.raw if spec is not None else None,
+        "target_kind": spec.kind if spec is not None else None,
+        "target_version": target_version,
+        "requirements": requirement_ids(item),
+        "verdict": verdict,
+        "reason": reason,
+        "duration_s": round(sum(r.duration for r in phases.values()), 6),
+        "divergences": list(item.stash.get(DIVERGENCES_KEY, [])),
+    }
+
+
+def _json_default(value: Any) -> Any:
+    from conformance.normalize import jsonable
+
+    return jsonable(value)
+
+
+def _append_row(state: KipcheckState, row: dict[str, Any]) -> None:
+    if state.results_dir is None:
+        return
+    state.results_dir.mkdir(parents=True, exist_ok=True)
+    path = state.results_dir / f"results-{state.worker}.jsonl"
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps(row, default=_json_default, sort_keys=False) + "\n")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    rep = yield
+    if not _is_recorded(item):
+        return rep
+    phases = item.stash.setdefault(PHASES_KEY, {})
+    phases[rep.when] = rep
+    if rep.when == "teardown":
+        state = _state(item.config)
+        row = build_row(item, phases)
+        _append_row(state, row)
+        rep.kipcheck_row = row  # travels to the xdist controller with the report
+    return rep
+
+
+class _ReportCounter:
+    """Registered per config: counts verdicts from reports (on the xdist controller they
+    arrive from the workers with the row attached) for the terminal summary."""
+
+    def __init__(self, state: KipcheckState) -> None:
+        self.state = state
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        row = getattr(report, "kipcheck_row", None)
+        if report.when != "teardown" or not isinstance(row, dict):
+            return
+        state = self.state
+        verdict = row.get("verdict", "error")
+        state.verdicts[verdict] = state.verdicts.get(verdict, 0) + 1
+        state.divergences += len(row.get("divergences") or ())
+        target, reason = row.get("target"), row.get("reason") or ""
+        if target and verdict == "skipped" and reason.startswith(f"testcontainers target {target} skipped"):
+            state.skipped_targets[target] = reason
+        if target and verdict == "error" and f"target {target} failed to start" in reason:
+            state.failed_targets[target] = reason
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    state = _state(config)
+    try:
+        if state.results_dir is not None and state.pool.entries():
+            state.results_dir.mkdir(parents=True, exist_ok=True)
+            payload = {"worker": state.worker, "targets": state.pool.describe_all()}
+            (state.results_dir / f"targets-{state.worker}.json").write_text(
+                json.dumps(payload, indent=2, default=_json_default), encoding="utf-8"
+            )
+    finally:
+        for problem in state.pool.stop_all():
+            warnings.warn(pytest.PytestWarning(f"kipcheck: {problem}"))
+    if state.results_dir is not None and not is_xdist_worker(config):
+        state.results_dir.mkdir(parents=True, exist_ok=True)
+        session_info = {
+            "started_at": datetime.datetime.fromtimestamp(state.started_at, datetime.timezone.utc).isoformat(),
+            "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "exitstatus": int(exitstatus),
+            "targets": [s.raw for s in state.specs],
+            "differential": state.differential,
+            "catalog": str(state.catalog_dir) if state.catalog_dir else None,
+            "args": list(config.invocation_params.args),
+            "verdicts": dict(state.verdicts),
+            "divergences": state.divergences,
+        }
+        (state.results_dir / "session.json").write_text(json.dumps(session_info, indent=2), encoding="utf-8")
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    state = _state(config)
+    if not state.verdicts and not state.skipped_targets and not state.failed_targets:
+        return
+    tr = terminalreporter
+    tr.section("kipcheck")
+    counts = ", ".join(f"{state.verdicts.get(v, 0)} {v}" for v in VERDICTS if state.verdicts.get(v))
+    tr.write_line(f"targets: {', '.join(s.raw for s in state.specs)}; verdicts: {counts or 'none'}; "
+                  f"divergences recorded: {state.divergences}")
+    for spec, reason in sorted(state.skipped_targets.items()):
+        tr.write_line(f"SKIPPED target {spec}: {reason}")
+    for spec, reason in sorted(state.failed_targets.items()):
+        tr.write_line(f"FAILED target {spec}: {reason}")
+    if state.results_dir is not None:
+        tr.write_line(f"results written to {state.results_dir}")

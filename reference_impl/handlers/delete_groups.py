@@ -1,0 +1,22 @@
+"""DeleteGroups (key 42), v0-v2: only Empty (or offsets-only) groups can be deleted."""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from reference_impl.handlers._group_common import NO_THROTTLE, is_coordinator
+from reference_impl.handlers.registry import RequestContext, handles
+
+API_KEY = 42
+
+
+@handles(API_KEY, 0, 2)
+def handle_delete_groups(ctx: RequestContext, request) -> object:
+    results = []
+    for group_id in dict.fromkeys(request.groups_names):  # duplicates are answered once
+        if not is_coordinator(ctx, group_id):
+            error = ErrorCode.not_coordinator
+        else:
+            ((_, error),) = ctx.state.groups.delete_groups([group_id])
+        results.append(ctx.nested("DeletableGroupResult", group_id=group_id, error_code=error))
+    return ctx.response(throttle_time=NO_THROTTLE, results=tuple(results))

@@ -1,0 +1,67 @@
+"""OffsetCommit (key 8), v2-v9 (Kafka 4 removed v0-v1; v10's topic ids are not offered).
+
+As Kafka's request handler does, topics and partitions that do not exist are answered
+UNKNOWN_TOPIC_OR_PARTITION before the coordinator is involved; when no partition is
+left the group is not even looked up (no NOT_COORDINATOR, no group created).
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from reference_impl.handlers._group_common import NO_THROTTLE, is_coordinator, millis
+from reference_impl.handlers.registry import RequestContext, handles
+from reference_impl.model.group_coordinator import OffsetCommitEntry
+from reference_impl.protocol import payloads
+
+API_KEY = 8
+
+
+@handles(API_KEY, 2, 9)
+def handle_offset_commit(ctx: RequestContext, request) -> object:
+    topics = ctx.state.topics
+    # topic name -> [(partition, error)], in the order Kafka's response builder adds them.
+    results: dict[str, list[tuple[int, ErrorCode]]] = {}
+    valid: list[OffsetCommitEntry] = []
+    for topic in request.topics:
+        known = topics.get(topic.name)
+        for p in topic.partitions:
+            index = int(p.partition_index)
+            if known is None or known.partition(index) is None:
+                results.setdefault(topic.name, []).append((index, ErrorCode.unknown_topic_or_partition))
+            else:
+                valid.append(OffsetCommitEntry(
+                    topic=topic.name,
+                    partition=index,
+                    offset=int(p.committed_offset),
+                    leader_epoch=int(payloads.get(p, "committed_leader_epoch", -1)),
+                    metadata=p.committed_metadata,
+                ))
+    if valid:
+        if not is_coordinator(ctx, request.group_id):
+            errors = [ErrorCode.not_coordinator] * len(valid)
+        else:
+            errors = ctx.state.groups.commit_offsets(
+                request.group_id,
+                int(request.generation_id_or_member_epoch),
+                request.member_id,
+                valid,
+                group_instance_id=payloads.get(request, "group_instance_id"),
+                retention_time_ms=millis(payloads.get(request, "retention_time"), -1),
+                api_version=ctx.api_version,
+            )
+        for entry, error in zip(valid, errors):
+            results.setdefault(entry.topic, []).append((entry.partition, error))
+    return ctx.response(
+        throttle_time=NO_THROTTLE,
+        topics=tuple(
+            ctx.nested(
+                "OffsetCommitResponseTopic",
+                name=name,
+                partitions=tuple(
+                    ctx.nested("OffsetCommitResponsePartition", partition_index=i, error_code=e) for i, e in parts
+                ),
+            )
+            for name, parts in results.items()
+        ),
+    )

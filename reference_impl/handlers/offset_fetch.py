@@ -1,0 +1,71 @@
+"""OffsetFetch (key 9), v1-v9 (Kafka 4 removed v0; v10's topic ids are not offered).
+
+v1-v7 ask for one group, v8+ for several. Topics that do not exist are not checked:
+their partitions read as "no committed offset" (-1), as in Kafka. `require_stable` (v7+)
+reports UNSTABLE_OFFSET_COMMIT for partitions with a pending transactional commit.
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from reference_impl.handlers._group_common import NO_THROTTLE, is_coordinator
+from reference_impl.handlers.registry import RequestContext, handles
+from reference_impl.model.group_coordinator import OffsetFetchResult
+from reference_impl.model.offset_store import INVALID_OFFSET, NO_METADATA
+from reference_impl.protocol import payloads
+
+API_KEY = 9
+
+
+def _fetch(ctx: RequestContext, group_id: str, topics, require_stable: bool) -> OffsetFetchResult:
+    if not is_coordinator(ctx, group_id):
+        return OffsetFetchResult(ErrorCode.not_coordinator)
+    wanted = None if topics is None else [(t.name, [int(i) for i in t.partition_indexes]) for t in topics]
+    return ctx.state.groups.fetch_offsets(group_id, wanted, require_stable=require_stable)
+
+
+@handles(API_KEY, 1, 9)
+def handle_offset_fetch(ctx: RequestContext, request) -> object:
+    v = ctx.api_version
+    require_stable = bool(payloads.get(request, "require_stable", False))
+    if v >= 8:
+        groups = []
+        for g in request.groups:
+            r = _fetch(ctx, g.group_id, g.topics, require_stable)
+            groups.append(ctx.nested(
+                "OffsetFetchResponseGroup",
+                group_id=g.group_id,
+                error_code=r.error,
+                topics=tuple(
+                    ctx.nested("OffsetFetchResponseTopics", name=name, partitions=tuple(
+                        ctx.nested("OffsetFetchResponsePartitions", partition_index=p.partition,
+                                   committed_offset=p.offset, committed_leader_epoch=p.leader_epoch,
+                                   metadata=p.metadata, error_code=p.error)
+                        for p in parts
+                    ))
+                    for name, parts in r.topics
+                ),
+            ))
+        return ctx.response(throttle_time=NO_THROTTLE, groups=tuple(groups))
+
+    r = _fetch(ctx, request.group_id, request.topics, require_stable)
+
+    def partition(p):
+        if v < 2 and r.error != ErrorCode.none:
+            # v1 has no top-level error: it is reported on every partition.
+            return ctx.nested("OffsetFetchResponsePartition", partition_index=p.partition,
+                              committed_offset=INVALID_OFFSET, committed_leader_epoch=-1,
+                              metadata=NO_METADATA, error_code=r.error)
+        return ctx.nested("OffsetFetchResponsePartition", partition_index=p.partition,
+                          committed_offset=p.offset, committed_leader_epoch=p.leader_epoch,
+                          metadata=p.metadata, error_code=p.error)
+
+    return ctx.response(
+        throttle_time=NO_THROTTLE,
+        error_code=r.error,
+        topics=tuple(
+            ctx.nested("OffsetFetchResponseTopic", name=name, partitions=tuple(partition(p) for p in parts))
+            for name, parts in r.topics
+        ),
+    )

@@ -1,0 +1,828 @@
+"""Build the vendor certification report model from conformance results.
+
+Inputs:
+  * results rows: JSON lines written by the conformance pytest plugin, one file per
+    xdist worker in ``<out>/results/*.jsonl``;
+  * target descriptions: ``<out>/results/targets-<worker>.json`` (merged over workers);
+  * the requirement catalog (``conformance/catalog/*.yaml``);
+  * the divergence register (``conformance/divergences.yaml``);
+  * optional run metadata written by ``kipcheck certify`` (``<out>/run.json``).
+
+Output: a plain, JSON-serialisable dict (see docs/report.md for the schema). Honesty
+rules: a requirement passes on a target only when every covering test that ran there
+passed; "not supported by target" and skipped tests are never counted as passes.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import platform
+import re
+import socket
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+SCHEMA = "kipcheck-certification-report"
+SCHEMA_VERSION = 1
+
+# Test-level verdicts written by the conformance plugin.
+TEST_VERDICTS = ("pass", "fail", "error", "not_supported", "skipped")
+# Requirement-level verdicts (per requirement, per target).
+REQ_VERDICTS = ("pass", "fail", "not_supported", "incomplete", "untested")
+# KIP-level verdict words (per KIP row, per target column of the matrix).
+KIP_VERDICTS = ("compliant", "non-compliant", "partial", "not supported", "untested")
+
+# Top-level keys of report.json; tests pin this set so schema changes are deliberate.
+REPORT_KEYS = (
+    "schema",
+    "schema_version",
+    "generated_at",
+    "kipcheck_version",
+    "host",
+    "run",
+    "targets",
+    "summary",
+    "kips",
+    "requirements",
+    "divergences",
+    "tests_without_requirements",
+    "uncatalogued_requirements",
+    "problems",
+)
+
+# Matrix rows the certification report always shows; one missing from the catalog gets
+# an empty "untested" row (and a problem) instead of silently disappearing.
+EXPECTED_KIPS = ("KIP-98", "KIP-447", "KIP-TXNRT", "KIP-932", "KIP-1289", "PROTO")
+
+UNCATALOGUED = "(not in catalog)"
+NO_TARGET = "(no target)"  # rows of tests that use no target
+
+
+# ---------------------------------------------------------------------------------
+# small helpers
+
+
+def kipcheck_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("kipcheck")
+    except Exception:  # running from a source tree that is not installed
+        return "unknown"
+
+
+def _now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def normalize_kip(kip: Any) -> str:
+    """`98`, `kip98`, `KIP 98` -> `KIP-98`; anything else is kept as written."""
+    text = str(kip).strip()
+    m = re.fullmatch(r"(?i)(?:kip[\s_-]*)?(\d+)", text)
+    if m:
+        return f"KIP-{int(m.group(1))}"
+    return text
+
+
+def kip_sort_key(kip: str, status: str | None = None) -> tuple:
+    """Matrix row order: KIP-98, KIP-447, draft round-trip, KIP-932, KIP-1289, PROTO, rest."""
+    k = kip.upper()
+    fixed = {"KIP-98": 0, "KIP-447": 1, "KIP-932": 3, "KIP-1289": 4}
+    if k in fixed:
+        return (fixed[k], k)
+    if status == "draft" or any(w in k for w in ("DRAFT", "ROUND", "TXNRT")):
+        return (2, k)
+    if k.startswith("PROTO"):
+        return (5, k)
+    if kip == UNCATALOGUED:
+        return (9, k)
+    m = re.fullmatch(r"KIP-(\d+)", k)
+    return (6, int(m.group(1)) if m else 10**9, k)
+
+
+def _as_plain(obj: Any) -> Any:
+    """Dataclasses / objects / mappings -> plain dicts and lists (for loader outputs)."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _as_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Mapping):
+        return {str(k): _as_plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [_as_plain(v) for v in obj]
+    if hasattr(obj, "__dict__") and not isinstance(obj, type):
+        return {k: _as_plain(v) for k, v in vars(obj).items() if not k.startswith("_")}
+    return obj
+
+
+# ---------------------------------------------------------------------------------
+# catalog and divergence register
+
+
+def _package_path(*parts: str) -> Path | None:
+    try:
+        from importlib.resources import files
+
+        p = files("conformance").joinpath(*parts)
+        return Path(str(p))
+    except Exception:
+        return None
+
+
+def _yaml_load(path: Path) -> Any:
+    import yaml
+
+    with open(path, encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
+
+
+def _normalize_kip_doc(doc: Mapping[str, Any], source: str = "") -> dict[str, Any]:
+    kip = normalize_kip(doc.get("kip") or Path(source).stem or "?")
+    reqs = []
+    for r in doc.get("requirements") or []:
+        r = _as_plain(r)
+        if not isinstance(r, Mapping) or not r.get("id"):
+            continue
+        reqs.append(
+            {
+                "id": str(r["id"]),
+                "section": r.get("section"),
+                "level": r.get("level"),
+                "behaviour": r.get("behaviour") or r.get("behavior") or "",
+                "oracle": r.get("oracle"),
+                "implemented_in": r.get("implemented_in") or {},
+            }
+        )
+    return {
+        "kip": kip,
+        "title": doc.get("title") or "",
+        "seed": doc.get("seed"),
+        "status": doc.get("status"),
+        "source": source,
+        "requirements": reqs,
+    }
+
+
+class CatalogProblem(ValueError):
+    """The catalog could not be loaded or is invalid; the message lists why."""
+
+
+def load_catalog_docs(path: str | Path | None = None, *, strict: bool = True) -> list[dict[str, Any]]:
+    """The requirement catalog as a list of KIP documents (normalized plain dicts).
+
+    `path` is a catalog directory (default: the packaged `conformance/catalog`). The
+    validating loader `conformance.catalog.load_catalog` is used; with strict=False an
+    invalid catalog is read as raw YAML instead (the caller records the problem).
+    """
+    try:
+        from conformance.catalog import load_catalog
+    except ImportError:  # pragma: no cover - the loader ships with kipcheck
+        load_catalog = None
+    if load_catalog is not None:
+        try:
+            return docs_from_catalog(load_catalog(path) if path is not None else load_catalog())
+        except Exception as exc:  # CatalogError (ValueError) and friends
+            if strict:
+                raise CatalogProblem(str(exc)) from exc
+    return load_catalog_yaml(path)
+
+
+def docs_from_catalog(cat: Any) -> list[dict[str, Any]]:
+    """A `conformance.catalog.Catalog` -> normalized KIP documents in matrix order."""
+    docs = []
+    listed: set[str] = set()
+    for kip, doc in cat.kips.items():
+        reqs = []
+        for rid in doc.requirement_ids:
+            r = cat.requirements.get(rid)
+            if r is None:
+                continue
+            listed.add(rid)
+            reqs.append(_req_from_obj(r))
+        docs.append(
+            {"kip": kip, "title": doc.title, "seed": doc.seed, "status": doc.status, "source": doc.file, "requirements": reqs}
+        )
+    stray = [r for rid, r in cat.requirements.items() if rid not in listed]
+    if stray:
+        docs.extend(_docs_from_requirement_list([_req_from_obj(r) | {"kip": r.kip} for r in stray], None))
+    return _merge_docs(docs)
+
+
+def _req_from_obj(r: Any) -> dict[str, Any]:
+    return {
+        "id": r.id,
+        "section": getattr(r, "section", None),
+        "level": getattr(r, "level", None),
+        "behaviour": getattr(r, "behaviour", "") or "",
+        "oracle": getattr(r, "oracle", None),
+        "implemented_in": dict(getattr(r, "implemented_in", {}) or {}),
+    }
+
+
+def load_catalog_yaml(path: str | Path | None = None) -> list[dict[str, Any]]:
+    """Read catalog YAML without validation (fallback for an invalid catalog)."""
+    p = Path(path) if path is not None else _package_path("catalog")
+    if p is None or not p.exists():
+        return []
+    files = (sorted(p.glob("*.yaml")) + sorted(p.glob("*.yml"))) if p.is_dir() else [p]
+    docs = []
+    for f in files:
+        try:
+            data = _yaml_load(f)
+        except Exception:
+            continue
+        if isinstance(data, list):
+            docs.extend(_normalize_kip_doc(d, str(f)) for d in data if isinstance(d, Mapping))
+        elif isinstance(data, Mapping):
+            docs.append(_normalize_kip_doc(data, str(f)))
+    return _merge_docs(docs)
+
+
+def _docs_from_requirement_list(items: Iterable[Mapping[str, Any]], kips: Any) -> list[dict[str, Any]]:
+    by_kip: dict[str, list] = defaultdict(list)
+    for r in items:
+        by_kip[normalize_kip(r.get("kip", "?"))].append(r)
+    meta = {}
+    if isinstance(kips, Mapping):
+        meta = {normalize_kip(k): v for k, v in kips.items() if isinstance(v, Mapping)}
+    elif isinstance(kips, list):
+        meta = {normalize_kip(k.get("kip")): k for k in kips if isinstance(k, Mapping)}
+    return [_normalize_kip_doc({**meta.get(k, {}), "kip": k, "requirements": rs}) for k, rs in by_kip.items()]
+
+
+def _merge_docs(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One document per KIP (several files may describe one KIP), in matrix order."""
+    merged: dict[str, dict[str, Any]] = {}
+    for d in docs:
+        cur = merged.get(d["kip"])
+        if cur is None:
+            merged[d["kip"]] = {**d, "requirements": list(d["requirements"])}
+        else:
+            known = {r["id"] for r in cur["requirements"]}
+            cur["requirements"].extend(r for r in d["requirements"] if r["id"] not in known)
+            for k in ("title", "seed", "status"):
+                cur[k] = cur[k] or d[k]
+    return sorted(merged.values(), key=lambda d: kip_sort_key(d["kip"], d.get("status")))
+
+
+def load_divergence_register(path: str | Path | None = None) -> list[dict[str, Any]]:
+    """Entries of conformance/divergences.yaml (a list, or a mapping with a list)."""
+    p = Path(path) if path is not None else _package_path("divergences.yaml")
+    if p is None or not p.is_file():
+        return []
+    data = _yaml_load(p)
+    if isinstance(data, Mapping):
+        for key in ("divergences", "entries", "register"):
+            if isinstance(data.get(key), list):
+                data = data[key]
+                break
+        else:
+            # {id: {...}} form
+            data = [{"id": k, **v} for k, v in data.items() if isinstance(v, Mapping)]
+    if not isinstance(data, list):
+        return []
+    out = []
+    for e in data:
+        if not isinstance(e, Mapping):
+            continue
+        ak = e.get("apache_kafka") or {}
+        ev = e.get("evidence") or {}
+        out.append(
+            {
+                "id": str(e.get("id", "")),
+                "requirement": e.get("requirement"),
+                "kip_text": e.get("kip_text"),
+                "apache_kafka": {
+                    "versions": ak.get("versions") if isinstance(ak, Mapping) else None,
+                    "behaviour": ak.get("behaviour") if isinstance(ak, Mapping) else ak,
+                },
+                "reference": e.get("reference"),
+                "evidence": {
+                    "test": ev.get("test") if isinstance(ev, Mapping) else None,
+                    "observation": ev.get("observation") if isinstance(ev, Mapping) else ev,
+                },
+                "notes": e.get("notes"),
+            }
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------------
+# results
+
+
+class Results:
+    """Rows, target descriptions and run metadata read from a results directory."""
+
+    def __init__(
+        self,
+        rows: list[dict[str, Any]] | None = None,
+        targets: dict[str, dict[str, Any]] | None = None,
+        run: dict[str, Any] | None = None,
+        problems: list[str] | None = None,
+    ) -> None:
+        self.rows = rows or []
+        self.targets = targets or {}
+        self.run = run or {}
+        self.problems = problems or []
+
+
+def read_results(results_dir: str | Path) -> Results:
+    """Read every worker's rows and target files; tolerate partial or malformed files."""
+    d = Path(results_dir)
+    if not d.is_dir():
+        raise FileNotFoundError(f"results directory {d} does not exist")
+    problems: list[str] = []
+    rows: list[dict[str, Any]] = []
+    for f in sorted(d.glob("*.jsonl")) + sorted(d.glob("*.ndjson")):
+        with open(f, encoding="utf-8") as fh:
+            for n, line in enumerate(fh, 1):
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    problems.append(f"{f.name}:{n}: unreadable result row ({exc.msg})")
+                    continue
+                if isinstance(row, dict) and "verdict" in row:
+                    rows.append(row)
+                else:
+                    problems.append(f"{f.name}:{n}: not a result row")
+    targets: dict[str, dict[str, Any]] = {}
+    for f in sorted(d.glob("targets*.json")):
+        try:
+            data = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            problems.append(f"{f.name}: unreadable target description ({exc})")
+            continue
+        if isinstance(data, dict):
+            merge_target_descriptions(targets, data)
+    run = _read_run_metadata(d, problems)
+    return Results(rows, targets, run, problems)
+
+
+def _read_json(path: Path, problems: list[str], what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        problems.append(f"{path.name}: unreadable {what} ({exc})")
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _read_run_metadata(d: Path, problems: list[str]) -> dict[str, Any]:
+    """session.json (written by the plugin) overlaid with run.json (written by certify)."""
+    run: dict[str, Any] = {}
+    session = d / "session.json"
+    if session.is_file():
+        s = _read_json(session, problems, "session metadata")
+        for src, dst in (("started_at", "started_at"), ("finished_at", "finished_at"), ("targets", "targets"),
+                         ("exitstatus", "pytest_exit_code"), ("differential", "differential")):
+            if s.get(src) is not None:
+                run[dst] = s[src]
+        if isinstance(s.get("args"), list):
+            run.setdefault("pytest_args", s["args"])
+    for cand in (d / "run.json", d.parent / "run.json"):
+        if cand.is_file():
+            run.update(_read_json(cand, problems, "run metadata"))
+            break
+    if run.get("wall_time_s") is None and run.get("started_at") and run.get("finished_at"):
+        try:
+            t0 = _dt.datetime.fromisoformat(str(run["started_at"]))
+            t1 = _dt.datetime.fromisoformat(str(run["finished_at"]))
+            run["wall_time_s"] = round((t1 - t0).total_seconds(), 3)
+        except ValueError:
+            pass
+    return run
+
+
+def merge_target_descriptions(into: dict[str, dict[str, Any]], data: Mapping[str, Any]) -> None:
+    """Merge one worker's target file into `into` (non-null values win).
+
+    Accepts the plugin's ``{"worker": w, "targets": {spec: {...}}}`` and the bare
+    ``{spec: {"describe": {...}, "capabilities": {...}}}``. A part that is only
+    ``{"error": ...}`` (describe or probe failed) is kept as an error string.
+    """
+    if isinstance(data.get("targets"), Mapping):
+        data = data["targets"]
+    for spec, info in data.items():
+        if not isinstance(info, Mapping):
+            continue
+        cur = into.setdefault(
+            str(spec), {"describe": {}, "capabilities": {}, "errors": [], "start_error": None, "skip_reason": None}
+        )
+        for key in ("start_error", "skip_reason", "kind"):
+            if info.get(key):
+                cur[key] = str(info[key])
+        for part in ("describe", "capabilities"):
+            src = info.get(part)
+            if not isinstance(src, Mapping):
+                continue
+            if set(src) == {"error"}:
+                msg = f"{part}: {src['error']}"
+                if msg not in cur["errors"]:
+                    cur["errors"].append(msg)
+                continue
+            for k, v in src.items():
+                if v is None or v == {} or v == []:
+                    cur[part].setdefault(k, v)
+                elif k == "startup_seconds" and isinstance(cur[part].get(k), (int, float)):
+                    # Each worker starts its own cluster: keep the slowest start.
+                    cur[part][k] = max(cur[part][k], v)
+                else:
+                    cur[part][k] = v
+
+
+# ---------------------------------------------------------------------------------
+# aggregation
+
+
+def requirement_verdict(tests: list[dict[str, Any]]) -> tuple[str, str]:
+    """Verdict and reason of one requirement on one target, from its covering tests."""
+    if not tests:
+        return "untested", "no test covering this requirement ran on this target"
+    c = Counter(t["verdict"] for t in tests)
+
+    def reasons(*verdicts: str) -> str:
+        seen: list[str] = []
+        for t in tests:
+            if t["verdict"] in verdicts:
+                r = f"{t['test']}: {t['reason']}" if t.get("reason") else f"{t['test']}: {t['verdict']}"
+                if r not in seen:
+                    seen.append(r)
+        return "; ".join(seen)
+
+    if c["fail"] or c["error"]:
+        return "fail", reasons("fail", "error")
+    if c["pass"] and not c["not_supported"] and not c["skipped"]:
+        return "pass", f"{c['pass']} covering test(s) passed"
+    if c["pass"]:
+        parts = [f"{c['pass']} passed"]
+        if c["not_supported"]:
+            parts.append(f"{c['not_supported']} not supported by target")
+        if c["skipped"]:
+            parts.append(f"{c['skipped']} skipped")
+        detail = reasons("not_supported", "skipped")
+        return "incomplete", ", ".join(parts) + (f" ({detail})" if detail else "")
+    if c["not_supported"]:
+        return "not_supported", reasons("not_supported")
+    return "untested", "every covering test was skipped: " + reasons("skipped")
+
+
+def kip_verdict(counts: Mapping[str, int]) -> str:
+    """Verdict word of a KIP row on one target from its requirement verdict counts."""
+    tested = sum(counts.get(v, 0) for v in ("pass", "fail", "not_supported", "incomplete"))
+    if tested == 0:
+        return "untested"
+    if counts.get("fail", 0):
+        return "non-compliant"
+    if counts.get("pass", 0) and not counts.get("not_supported", 0) and not counts.get("incomplete", 0):
+        return "compliant"
+    if not counts.get("pass", 0) and not counts.get("incomplete", 0):
+        return "not supported"
+    return "partial"
+
+
+def _clean_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    verdict = str(row.get("verdict", "error"))
+    reason = row.get("reason") or ""
+    if verdict not in TEST_VERDICTS:
+        reason = f"unknown verdict {verdict!r} reported" + (f": {reason}" if reason else "")
+        verdict = "error"
+    nodeid = str(row.get("nodeid") or row.get("test") or "?")
+    reqs = row.get("requirements") or []
+    if isinstance(reqs, str):
+        reqs = [reqs]
+    try:
+        duration = float(row.get("duration_s") or 0.0)
+    except (TypeError, ValueError):
+        duration = 0.0
+    return {
+        "nodeid": nodeid,
+        "test": str(row.get("test") or nodeid.rsplit("::", 1)[-1]),
+        "suite": row.get("suite"),
+        "target": str(row.get("target") or NO_TARGET),
+        "target_kind": row.get("target_kind"),
+        "target_version": row.get("target_version"),
+        "requirements": [str(r) for r in reqs],
+        "verdict": verdict,
+        "reason": str(reason),
+        "duration_s": duration,
+        "divergences": [d for d in (row.get("divergences") or []) if isinstance(d, Mapping)],
+    }
+
+
+def build_report(
+    results: Results,
+    catalog: list[dict[str, Any]],
+    register: list[dict[str, Any]] | None = None,
+    target_order: list[str] | None = None,
+    expected_kips: Iterable[str] = (),
+) -> dict[str, Any]:
+    """The report model (a plain dict; see docs/report.md)."""
+    problems = list(results.problems)
+    catalog = list(catalog)
+    have = {d["kip"] for d in catalog}
+    missing = [k for k in expected_kips if k not in have]
+    if missing:
+        problems.append(f"no requirements in the catalog for {', '.join(missing)} (shown as untested)")
+        catalog += [
+            {"kip": k, "title": "no requirements catalogued yet", "seed": None, "status": None, "source": "",
+             "requirements": []}
+            for k in missing
+        ]
+        catalog.sort(key=lambda d: kip_sort_key(d["kip"], d.get("status")))
+    # De-duplicate: the last row for (nodeid, target) wins (e.g. a rerun appended).
+    dedup: dict[tuple[str, str], dict[str, Any]] = {}
+    for raw in results.rows:
+        row = _clean_row(raw)
+        dedup[(row["nodeid"], row["target"])] = row
+    rows = list(dedup.values())
+
+    # Targets: the requested ones (in order), then any other seen in rows. A target that
+    # is only described (e.g. the reference started as differential oracle) is not a column.
+    specs: list[str] = []
+    for s in list(target_order or results.run.get("targets") or []) + [r["target"] for r in rows]:
+        if s not in specs:
+            specs.append(s)
+    if not specs:
+        specs = list(results.targets)
+
+    # Catalog index.
+    kips = [dict(d) for d in catalog]
+    req_index: dict[str, dict[str, Any]] = {}
+    for d in kips:
+        for r in d["requirements"]:
+            req_index.setdefault(r["id"], {**r, "kip": d["kip"]})
+
+    # Coverage: requirement -> target -> [rows].
+    cover: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    without_reqs: list[dict[str, Any]] = []
+    uncatalogued: set[str] = set()
+    for row in rows:
+        if not row["requirements"]:
+            without_reqs.append(row)
+        for rid in row["requirements"]:
+            cover[rid][row["target"]].append(row)
+            if rid not in req_index:
+                uncatalogued.add(rid)
+    if uncatalogued:
+        problems.append(
+            f"{len(uncatalogued)} requirement id(s) used by tests are not in the catalog: "
+            + ", ".join(sorted(uncatalogued))
+        )
+        kips.append(
+            {
+                "kip": UNCATALOGUED,
+                "title": "requirement ids used by tests but missing from the catalog",
+                "seed": None,
+                "status": None,
+                "source": "",
+                "requirements": [
+                    {"id": rid, "section": None, "level": None, "behaviour": "", "oracle": None, "implemented_in": {}}
+                    for rid in sorted(uncatalogued)
+                ],
+            }
+        )
+        for r in kips[-1]["requirements"]:
+            req_index[r["id"]] = {**r, "kip": UNCATALOGUED}
+
+    # Per-requirement verdicts.
+    requirements_out: list[dict[str, Any]] = []
+    for d in kips:
+        for r in d["requirements"]:
+            rid = r["id"]
+            per_target = {}
+            all_tests: dict[str, str] = {}
+            for spec in specs:
+                tests = sorted(cover.get(rid, {}).get(spec, []), key=lambda t: t["nodeid"])
+                verdict, reason = requirement_verdict(tests)
+                per_target[spec] = {
+                    "verdict": verdict,
+                    "reason": reason,
+                    "tests": [
+                        {"nodeid": t["nodeid"], "verdict": t["verdict"], "reason": t["reason"], "duration_s": t["duration_s"]}
+                        for t in tests
+                    ],
+                }
+            for tgt_rows in cover.get(rid, {}).values():
+                for t in tgt_rows:
+                    all_tests.setdefault(t["nodeid"], t["test"])
+            requirements_out.append(
+                {
+                    "id": rid,
+                    "kip": d["kip"],
+                    "section": r.get("section"),
+                    "level": r.get("level"),
+                    "behaviour": r.get("behaviour") or "",
+                    "oracle": r.get("oracle"),
+                    "implemented_in": r.get("implemented_in") or {},
+                    "in_catalog": d["kip"] != UNCATALOGUED,
+                    "tested": bool(all_tests),
+                    "tests": [{"nodeid": n, "test": t} for n, t in sorted(all_tests.items())],
+                    "per_target": per_target,
+                }
+            )
+    by_id = {r["id"]: r for r in requirements_out}
+
+    # Per-KIP matrix.
+    kips_out = []
+    for d in kips:
+        ids = [r["id"] for r in d["requirements"]]
+        per_target = {}
+        for spec in specs:
+            counts = Counter(by_id[i]["per_target"][spec]["verdict"] for i in ids)
+            cell = {v: counts.get(v, 0) for v in REQ_VERDICTS}
+            cell["verdict"] = kip_verdict(cell)
+            per_target[spec] = cell
+        kips_out.append(
+            {
+                "kip": d["kip"],
+                "title": d.get("title") or "",
+                "status": d.get("status"),
+                "seed": d.get("seed"),
+                "requirements": ids,
+                "untested": [i for i in ids if not by_id[i]["tested"]],
+                "per_target": per_target,
+            }
+        )
+
+    # Targets.
+    targets_out = []
+    for spec in specs:
+        info = results.targets.get(spec, {})
+        desc = dict(info.get("describe") or {})
+        caps = dict(info.get("capabilities") or {})
+        trows = [r for r in rows if r["target"] == spec]
+        first = trows[0] if trows else {}
+        counts = Counter(r["verdict"] for r in trows)
+        targets_out.append(
+            {
+                "spec": spec,
+                "kind": desc.get("kind") or info.get("kind") or first.get("target_kind") or spec.split(":", 1)[0],
+                "version": desc.get("version") or first.get("target_version"),
+                "nodes": desc.get("nodes"),
+                "bootstrap": desc.get("bootstrap"),
+                "startup_seconds": desc.get("startup_seconds"),
+                "finalized_features": dict(caps.get("finalized_features") or {}),
+                "supported_features": dict(caps.get("supported_features") or {}),
+                "api_versions": dict(caps.get("api_versions") or {}),
+                "described": bool(desc),
+                "start_error": info.get("start_error"),
+                "skip_reason": info.get("skip_reason"),
+                "errors": list(info.get("errors") or []),
+                "tests": {v: counts.get(v, 0) for v in TEST_VERDICTS},
+                "tests_total": len(trows),
+                "test_duration_s": round(sum(r["duration_s"] for r in trows), 3),
+            }
+        )
+        if info.get("start_error"):
+            problems.append(f"target {spec} failed to start: {info['start_error']}")
+        if info.get("skip_reason"):
+            problems.append(f"target {spec} skipped: {info['skip_reason']}")
+        if not trows:
+            problems.append(f"target {spec}: no test results")
+
+    # Divergences.
+    observed = []
+    for row in sorted(rows, key=lambda r: (r["target"], r["nodeid"])):
+        for dv in row["divergences"]:
+            observed.append(
+                {
+                    "target": row["target"],
+                    "nodeid": row["nodeid"],
+                    "test": row["test"],
+                    "verdict": row["verdict"],
+                    "requirement": dv.get("requirement"),
+                    "what": dv.get("what"),
+                    "observed": dv.get("target"),
+                    "reference": dv.get("reference"),
+                }
+            )
+
+    # Summary.
+    test_counts = Counter(r["verdict"] for r in rows)
+    per_target_summary = {}
+    for spec in specs:
+        counts = Counter(r["per_target"][spec]["verdict"] for r in requirements_out if r["in_catalog"])
+        cell = {v: counts.get(v, 0) for v in REQ_VERDICTS}
+        cell["verdict"] = kip_verdict(cell)
+        per_target_summary[spec] = cell
+    failing = test_counts["fail"] + test_counts["error"]
+    catalogued = [r for r in requirements_out if r["in_catalog"]]
+    if not rows:
+        result = "no-results"
+    elif failing:
+        result = "fail"
+    else:
+        result = "pass"
+
+    run = dict(results.run)
+    run.setdefault("wall_time_s", None)
+
+    return {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "generated_at": _now_iso(),
+        "kipcheck_version": kipcheck_version(),
+        "host": {"hostname": socket.gethostname(), "platform": platform.platform(), "python": sys.version.split()[0]},
+        "run": run,
+        "targets": targets_out,
+        "summary": {
+            "result": result,
+            "tests": {v: test_counts.get(v, 0) for v in TEST_VERDICTS},
+            "tests_total": len(rows),
+            "requirements_total": len(catalogued),
+            "requirements_tested": sum(1 for r in catalogued if r["tested"]),
+            "requirements_untested": sum(1 for r in catalogued if not r["tested"]),
+            "per_target": per_target_summary,
+        },
+        "kips": kips_out,
+        "requirements": requirements_out,
+        "divergences": {"observed": observed, "register": list(register or [])},
+        "tests_without_requirements": [
+            {"nodeid": r["nodeid"], "target": r["target"], "verdict": r["verdict"], "reason": r["reason"]}
+            for r in sorted(without_reqs, key=lambda r: (r["target"], r["nodeid"]))
+        ],
+        "uncatalogued_requirements": sorted(uncatalogued),
+        "problems": problems,
+    }
+
+
+def exit_code(report: Mapping[str, Any]) -> int:
+    """0: every test that ran passed (or was not supported/skipped); 1: a failure or error;
+    2: no results, or a target failed to start (an infrastructure error, not a verdict)."""
+    if any(t.get("start_error") for t in report.get("targets", [])):
+        return 2
+    result = report["summary"]["result"]
+    return {"pass": 0, "fail": 1}.get(result, 2)
+
+
+def build_report_from_dir(
+    results_dir: str | Path,
+    catalog_path: str | Path | None = None,
+    register_path: str | Path | None = None,
+    target_order: list[str] | None = None,
+) -> dict[str, Any]:
+    results = read_results(results_dir)
+    try:
+        catalog = load_catalog_docs(catalog_path)
+    except CatalogProblem as exc:
+        lines = [ln.strip() for ln in str(exc).splitlines()[1:] if ln.strip()]
+        first = "; ".join(lines[:3]) + (f"; ... and {len(lines) - 3} more" if len(lines) > 3 else "")
+        results.problems.append(
+            f"invalid requirement catalog ({len(lines)} problem(s): {first}); read without validation"
+        )
+        catalog = load_catalog_docs(catalog_path, strict=False)
+    try:
+        register = load_divergence_register(register_path)
+    except Exception as exc:
+        results.problems.append(f"divergence register unreadable: {exc}")
+        register = []
+    if not catalog:
+        results.problems.append("the requirement catalog is empty or missing")
+    expected = EXPECTED_KIPS if catalog_path is None else ()
+    return build_report(results, catalog, register, target_order, expected)
+
+
+def write_json(report: Mapping[str, Any], path: str | Path) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(p.suffix + ".tmp")
+    tmp.write_text(json.dumps(report, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
+    tmp.replace(p)
+    return p
+
+
+def summary_lines(report: Mapping[str, Any]) -> list[str]:
+    """A short plain-text table: KIP rows x target columns with verdict words and counts."""
+    specs = [t["spec"] for t in report["targets"]]
+    header = ["KIP"] + specs
+    table = [header]
+    for k in report["kips"]:
+        line = [k["kip"]]
+        for s in specs:
+            c = k["per_target"][s]
+            line.append(
+                f"{c['verdict']} ({c['pass']}/{c['fail']}/{c['not_supported']}"
+                + (f"/{c['incomplete']}i" if c["incomplete"] else "")
+                + f"/{c['untested']})"
+            )
+        table.append(line)
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    out = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip() for r in table]
+    out.insert(1, "  ".join("-" * w for w in widths))
+    out.append("(pass/fail/not supported[/incomplete]/untested requirements per target)")
+    t = report["summary"]["tests"]
+    out.append(
+        f"tests: {report['summary']['tests_total']} "
+        f"(pass {t['pass']}, fail {t['fail']}, error {t['error']}, "
+        f"not supported {t['not_supported']}, skipped {t['skipped']}); "
+        f"requirements: {report['summary']['requirements_tested']} tested, "
+        f"{report['summary']['requirements_untested']} untested of {report['summary']['requirements_total']}"
+    )
+    return out
