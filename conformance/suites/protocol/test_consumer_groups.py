@@ -14,7 +14,7 @@ def standalone_commit_scenario(target, ids):
     topic, group = ids.topic(), ids.group()
     client_ops.create_topic(target, topic, partitions=2)
     with wire_ops.cluster_client(target) as cc:
-        coord = cc.coordinator_for(group)
+        coord = cc.coordinator_for(group, wait_s=30)
         commit = wire_ops.offset_commit(coord, group, topic, 0, 42, metadata="m-42")
         fetched = wire_ops.offset_fetch(coord, group, topic, [0, 1])
     return {
@@ -36,7 +36,7 @@ def not_coordinator_scenario(target, ids):
     topic, group = ids.topic(), ids.group()
     client_ops.create_topic(target, topic)
     with wire_ops.cluster_client(target) as cc:
-        coord = cc.coordinator_for(group)
+        coord = cc.coordinator_for(group, wait_s=30)
         others = [n for n in cc.nodes if cc.node(n) is not coord and (cc.node(n).host, cc.node(n).port) != (coord.host, coord.port)]
         if not others:
             raise NotSupportedByTarget("single-broker target: every broker coordinates every group")
@@ -61,7 +61,7 @@ def generation_fencing_scenario(target, ids):
     topic, group = ids.topic(), ids.group()
     client_ops.create_topic(target, topic)
     with wire_ops.cluster_client(target) as cc:
-        coord = cc.coordinator_for(group)
+        coord = cc.coordinator_for(group, wait_s=30)
         join = wire_ops.join_group(coord, group, topic=topic)
         gen, member = int(join.generation_id), join.member_id
         sync = wire_ops.sync_group(coord, group, gen, member, {member: b""})
