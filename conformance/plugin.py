@@ -436,14 +436,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _deviations(config: pytest.Config) -> list[Any]:
+    # Validated against the packaged catalog by conformance/tests/test_deviations.py;
+    # not here, where a run may use a catalog of its own (--kipcheck-catalog).
     from conformance.deviations import load_deviations
 
-    state = _state(config)
-    try:
-        catalog = state.catalog()
-    except Exception:  # noqa: BLE001 - catalog problems are reported elsewhere
-        catalog = None
-    return load_deviations(catalog=catalog)
+    return load_deviations()
 
 
 # -- fixtures --------------------------------------------------------------------------------

@@ -6,6 +6,9 @@ Inputs:
   * target descriptions: ``<out>/results/targets-<worker>.json`` (merged over workers);
   * the requirement catalog (``conformance/catalog/*.yaml``);
   * the divergence register (``conformance/divergences.yaml``);
+  * the deviation register (``conformance/deviations.yaml``): known failures of named
+    targets; a result row whose reason names a DEV id is linked to its entry, and its
+    verdict stays "fail" (a known deviation is still non-compliance);
   * optional run metadata written by ``kipcheck certify`` (``<out>/run.json``).
 
 Output: a plain, JSON-serialisable dict (see docs/report.md for the schema). Honesty
@@ -26,7 +29,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 SCHEMA = "kipcheck-certification-report"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: top-level "deviations"; per-target "known_deviations"; tests[].deviation
 
 # Test-level verdicts written by the conformance plugin.
 TEST_VERDICTS = ("pass", "fail", "error", "not_supported", "skipped")
@@ -48,6 +51,7 @@ REPORT_KEYS = (
     "kips",
     "requirements",
     "divergences",
+    "deviations",
     "tests_without_requirements",
     "uncatalogued_requirements",
     "problems",
@@ -58,6 +62,14 @@ REPORT_KEYS = (
 EXPECTED_KIPS = ("KIP-98", "KIP-447", "KIP-TXNRT", "KIP-932", "KIP-1289", "PROTO")
 
 UNCATALOGUED = "(not in catalog)"
+
+# How the conformance plugin words a registered deviation (conformance/deviations.py:
+# Deviation.reason is "registered deviation DEV-00N (REQ): observed"): a strict xfail
+# that failed as expected, or a strict xpass (the deviation did not occur this time).
+_DEV_EXPECTED = re.compile(r"^\s*expected failure \(xfail\): registered deviation (DEV-\d{3,})\b")
+_DEV_XPASS = re.compile(r"^\s*\[XPASS\(strict\)\]\s*registered deviation (DEV-\d{3,})\b")
+EXPECTED_FAILURE = "expected-failure"
+UNEXPECTED_PASS = "unexpected-pass"
 NO_TARGET = "(no target)"  # rows of tests that use no target
 
 
@@ -310,6 +322,50 @@ def load_divergence_register(path: str | Path | None = None) -> list[dict[str, A
     return out
 
 
+def load_deviation_register(path: str | Path | None = None) -> list[dict[str, Any]]:
+    """Entries of conformance/deviations.yaml as plain dicts ([] when the file is absent).
+
+    Read with the validating loader `conformance.deviations.load_deviations` (without a
+    catalog: requirement ids are checked by the conformance tests); an invalid register
+    raises its `DeviationError`, which the caller records as a problem.
+    """
+    from conformance.deviations import DEFAULT_DEVIATIONS, load_deviations
+
+    p = Path(path) if path is not None else DEFAULT_DEVIATIONS
+    if not p.is_file():
+        return []
+    return [
+        {
+            "id": d.id,
+            "target": d.target,
+            "versions": d.versions,
+            "test": d.test,
+            "requirement": d.requirement,
+            "observed": d.observed,
+            "evidence": d.evidence,
+        }
+        for d in load_deviations(p)
+    ]
+
+
+def deviation_of(verdict: str, reason: str | None) -> dict[str, str] | None:
+    """The registered deviation a failing result row names, if any.
+
+    {"id": "DEV-001", "status": "expected-failure"} for a strict xfail that failed as
+    registered; status "unexpected-pass" for a strict xpass (the test passed, so the
+    deviation did not occur and the register entry may be stale). None otherwise.
+    """
+    if verdict != "fail" or not reason:
+        return None
+    m = _DEV_EXPECTED.match(reason)
+    if m:
+        return {"id": m.group(1), "status": EXPECTED_FAILURE}
+    m = _DEV_XPASS.match(reason)
+    if m:
+        return {"id": m.group(1), "status": UNEXPECTED_PASS}
+    return None
+
+
 # ---------------------------------------------------------------------------------
 # results
 
@@ -513,6 +569,7 @@ def _clean_row(row: Mapping[str, Any]) -> dict[str, Any]:
         "reason": str(reason),
         "duration_s": duration,
         "divergences": [d for d in (row.get("divergences") or []) if isinstance(d, Mapping)],
+        "deviation": deviation_of(verdict, str(reason)),
     }
 
 
@@ -522,6 +579,7 @@ def build_report(
     register: list[dict[str, Any]] | None = None,
     target_order: list[str] | None = None,
     expected_kips: Iterable[str] = (),
+    deviations: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The report model (a plain dict; see docs/report.md)."""
     problems = list(results.problems)
@@ -601,11 +659,18 @@ def build_report(
             for spec in specs:
                 tests = sorted(cover.get(rid, {}).get(spec, []), key=lambda t: t["nodeid"])
                 verdict, reason = requirement_verdict(tests)
+                known = []
+                for t in tests:
+                    dv = t["deviation"]
+                    if dv and dv["status"] == EXPECTED_FAILURE and dv["id"] not in known:
+                        known.append(dv["id"])
                 per_target[spec] = {
                     "verdict": verdict,
                     "reason": reason,
+                    "known_deviations": known,
                     "tests": [
-                        {"nodeid": t["nodeid"], "verdict": t["verdict"], "reason": t["reason"], "duration_s": t["duration_s"]}
+                        {"nodeid": t["nodeid"], "verdict": t["verdict"], "reason": t["reason"],
+                         "duration_s": t["duration_s"], "deviation": t["deviation"]}
                         for t in tests
                     ],
                 }
@@ -704,6 +769,38 @@ def build_report(
                 }
             )
 
+    # Known target deviations: the register, and the rows that name one of its entries.
+    deviation_register = [dict(d) for d in (deviations or [])]
+    registered = {d["id"] for d in deviation_register}
+    matched = []
+    for row in sorted(rows, key=lambda r: (r["target"], r["nodeid"])):
+        dv = row["deviation"]
+        if not dv:
+            continue
+        matched.append(
+            {
+                "id": dv["id"],
+                "status": dv["status"],
+                "target": row["target"],
+                "target_kind": row["target_kind"],
+                "nodeid": row["nodeid"],
+                "test": row["test"],
+                "requirements": list(row["requirements"]),
+                "verdict": row["verdict"],
+            }
+        )
+        if dv["status"] == UNEXPECTED_PASS:
+            problems.append(
+                f"registered deviation {dv['id']} did not occur on {row['target']} ({row['nodeid']}): the test "
+                "passed, so its strict xfail failed; if the target is fixed, remove the entry from "
+                "conformance/deviations.yaml"
+            )
+    unregistered = sorted({m["id"] for m in matched} - registered)
+    if unregistered:
+        problems.append(
+            "results name deviation(s) missing from the deviation register: " + ", ".join(unregistered)
+        )
+
     # Summary.
     test_counts = Counter(r["verdict"] for r in rows)
     per_target_summary = {}
@@ -744,6 +841,7 @@ def build_report(
         "kips": kips_out,
         "requirements": requirements_out,
         "divergences": {"observed": observed, "register": list(register or [])},
+        "deviations": {"register": deviation_register, "matched": matched},
         "tests_without_requirements": [
             {"nodeid": r["nodeid"], "target": r["target"], "verdict": r["verdict"], "reason": r["reason"]}
             for r in sorted(without_reqs, key=lambda r: (r["target"], r["nodeid"]))
@@ -767,6 +865,7 @@ def build_report_from_dir(
     catalog_path: str | Path | None = None,
     register_path: str | Path | None = None,
     target_order: list[str] | None = None,
+    deviations_path: str | Path | None = None,
 ) -> dict[str, Any]:
     results = read_results(results_dir)
     try:
@@ -783,10 +882,16 @@ def build_report_from_dir(
     except Exception as exc:
         results.problems.append(f"divergence register unreadable: {exc}")
         register = []
+    try:
+        deviations = load_deviation_register(deviations_path)
+    except Exception as exc:  # DeviationError lists every problem
+        detail = "; ".join(getattr(exc, "problems", None) or [" ".join(str(exc).split())])
+        results.problems.append(f"deviation register unreadable: {detail}")
+        deviations = []
     if not catalog:
         results.problems.append("the requirement catalog is empty or missing")
     expected = EXPECTED_KIPS if catalog_path is None else ()
-    return build_report(results, catalog, register, target_order, expected)
+    return build_report(results, catalog, register, target_order, expected, deviations)
 
 
 def write_json(report: Mapping[str, Any], path: str | Path) -> Path:

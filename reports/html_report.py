@@ -11,7 +11,7 @@ from html import escape
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from reports.certification import REQ_VERDICTS, UNCATALOGUED
+from reports.certification import EXPECTED_FAILURE, REQ_VERDICTS, UNCATALOGUED, UNEXPECTED_PASS
 
 VERDICT_LABEL = {
     "pass": "pass",
@@ -109,6 +109,7 @@ def render_html(report: Mapping[str, Any]) -> str:
         _matrix(report),
         _untested(report),
         _requirements(report, specs),
+        _deviations(report),
         _divergences(report),
         _problems(report),
         _run(report),
@@ -157,12 +158,19 @@ def _banner(report: Mapping[str, Any]) -> str:
     broken = [t["spec"] for t in report["targets"] if t.get("start_error")]
     if broken:
         banner_text += f" · target(s) failed to start: {', '.join(broken)}"
+    known = sum(1 for m in (report.get("deviations") or {}).get("matched") or [] if m.get("status") == EXPECTED_FAILURE)
+    known_note = (
+        f' {known} failing test result(s) are <a href="#deviations">registered known target deviations</a>: '
+        "expected, explained, and still failures."
+        if known
+        else ""
+    )
     return (
         f'<div class="banner {e(result)}">{e(banner_text)}</div>'
         f'<p class="note">{s["tests_total"]} test results · {s["requirements_tested"]} of '
         f'{s["requirements_total"]} catalogued requirements covered by at least one test · '
         f'{s["requirements_untested"]} untested. Pass means no failure; see the matrix for what was '
-        "not supported or untested.</p>"
+        f"not supported or untested.{known_note}</p>"
     )
 
 
@@ -172,6 +180,7 @@ def _toc() -> str:
         ("matrix", "Compliance matrix"),
         ("untested", "Untested requirements"),
         ("requirements", "Requirements"),
+        ("deviations", "Known target deviations"),
         ("divergences", "Divergences"),
         ("run", "Run"),
     ]
@@ -295,11 +304,62 @@ def _untested(report: Mapping[str, Any]) -> str:
     )
 
 
+def dev_anchor(dev_id: Any) -> str:
+    """The fragment id of a deviation's row in the "Known target deviations" section."""
+    return "dev-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in str(dev_id))
+
+
+def _dev_link(dev_id: Any) -> str:
+    return f'<a href="#{e(dev_anchor(dev_id))}">{e(dev_id)}</a>'
+
+
+def _ids_html(ids: list[str]) -> str:
+    return ", ".join(_dev_link(i) for i in ids)
+
+
+def _deviation_label(pt: Mapping[str, Any]) -> str:
+    """For a failing cell: "(known deviation DEV-001)" when registered deviations explain
+    its failing tests; anything they do not explain is named too, so an unexplained
+    failure never hides behind a known one. The verdict itself stays "fail"."""
+    if pt.get("verdict") != "fail":
+        return ""
+    failing = [t for t in pt.get("tests") or [] if t.get("verdict") in ("fail", "error")]
+    expected: list[str] = []
+    stale: list[str] = []
+    other = 0
+    for t in failing:
+        dv = t.get("deviation") or {}
+        bucket = {EXPECTED_FAILURE: expected, UNEXPECTED_PASS: stale}.get(dv.get("status"))
+        if bucket is None:
+            other += 1
+        elif dv["id"] not in bucket:
+            bucket.append(dv["id"])
+    if not expected and not stale:
+        return ""
+    parts = []
+    if expected:
+        parts.append(f"known deviation {_ids_html(expected)}")
+    if stale:
+        parts.append(f"{_ids_html(stale)} did not occur (strict XPASS)")
+    if other:
+        parts.append(f"+ {other} other failing test(s)")
+    return f' <span class="devnote">({"; ".join(parts)})</span>'
+
+
 def _verdict_cell(pt: Mapping[str, Any]) -> str:
     v = pt["verdict"]
     tests = pt.get("tests") or []
+
+    def test_dev(t: Mapping[str, Any]) -> str:
+        dv = t.get("deviation") or {}
+        if dv.get("status") == EXPECTED_FAILURE:
+            return f" (known deviation {_dev_link(dv['id'])})"
+        if dv.get("status") == UNEXPECTED_PASS:
+            return f" ({_dev_link(dv['id'])} did not occur)"
+        return ""
+
     items = "".join(
-        f"<li>{_badge(t['verdict'])} <code>{e(t['nodeid'])}</code>"
+        f"<li>{_badge(t['verdict'])}{test_dev(t)} <code>{e(t['nodeid'])}</code>"
         + (f" — {e(t['reason'])}" if t.get("reason") else "")
         + "</li>"
         for t in tests
@@ -308,7 +368,8 @@ def _verdict_cell(pt: Mapping[str, Any]) -> str:
     if items:
         detail += f'<ul class="tests">{items}</ul>'
     return (
-        f'<td class="vcell"><details><summary>{_badge(v, pt.get("reason"))}</summary>{detail}</details></td>'
+        f'<td class="vcell"><details><summary>{_badge(v, pt.get("reason"))}{_deviation_label(pt)}</summary>'
+        f"{detail}</details></td>"
     )
 
 
@@ -362,6 +423,82 @@ def _requirements(report: Mapping[str, Any], specs: list[str]) -> str:
         + toolbar
         + f'<table class="reqs" id="reqs"><thead><tr>{h}</tr></thead><tbody>{"".join(body)}</tbody></table>'
     )
+
+
+def _deviations(report: Mapping[str, Any]) -> str:
+    d = report.get("deviations") or {}
+    register = list(d.get("register") or [])
+    matched = list(d.get("matched") or [])
+    out = ['<h2 id="deviations">Known target deviations</h2>']
+    out.append(
+        '<p class="note">Failures of a named target kind that have been observed and explained '
+        "(conformance/deviations.yaml). The matching test runs as a strict expected failure: "
+        "its verdict stays <strong>fail</strong> — a known deviation is still non-compliance — and "
+        "when the target stops deviating the test fails as an unexpected pass until the entry is removed.</p>"
+    )
+    by_id: dict[str, list[Mapping[str, Any]]] = {}
+    for m in matched:
+        by_id.setdefault(str(m.get("id")), []).append(m)
+    kinds: dict[str, list[str]] = {}
+    for t in report.get("targets") or []:
+        kinds.setdefault(str(t.get("kind")), []).append(str(t["spec"]))
+    known_ids = {str(g.get("id")) for g in register}
+    rows = []
+    for g in register:
+        gid = str(g.get("id"))
+        rows.append(
+            [
+                f'<code id="{e(dev_anchor(gid))}">{e(gid)}</code>',
+                f"<code>{e(g.get('target'))}</code>"
+                + (f'<div class="muted">{e(g.get("versions"))}</div>' if g.get("versions") else ""),
+                f"<code>{e(g.get('requirement') or '—')}</code>",
+                f"<code>{e(g.get('test'))}</code>",
+                e(g.get("observed")),
+                e(g.get("evidence")),
+                _deviation_run_status(by_id.get(gid, []), kinds.get(str(g.get("target")), [])),
+            ]
+        )
+    for gid in sorted(set(by_id) - known_ids):
+        rows.append(
+            [
+                f'<code id="{e(dev_anchor(gid))}">{e(gid)}</code>',
+                "—",
+                "—",
+                "—",
+                '<span class="muted">not in the deviation register</span>',
+                "—",
+                _deviation_run_status(by_id[gid], []),
+            ]
+        )
+    if rows:
+        out.append(
+            _table(["id", "target", "requirement", "test", "observed", "evidence", "in this run"], rows, cls="devs")
+        )
+    else:
+        out.append('<p class="note">The deviation register is empty or missing.</p>')
+    return "".join(out)
+
+
+def _deviation_run_status(matched: list[Mapping[str, Any]], specs_of_kind: list[str]) -> str:
+    if matched:
+        items = []
+        for m in matched:
+            if m.get("status") == EXPECTED_FAILURE:
+                what = f"{_badge('fail')} failed as registered on"
+            else:
+                what = f"{_badge('fail')} did not occur (the test passed; strict XPASS) on"
+            items.append(
+                f"<li>{what} <code>{e(m.get('target'))}</code> "
+                f'<span class="muted" title="{e(m.get("nodeid"))}">{e(m.get("test"))}</span></li>'
+            )
+        return f'<ul class="tests">{"".join(items)}</ul>'
+    if specs_of_kind:
+        return (
+            '<span class="muted">no matching result on '
+            + ", ".join(f"<code>{e(s)}</code>" for s in specs_of_kind)
+            + " (test not selected, or target version outside the entry's range)</span>"
+        )
+    return '<span class="muted">no target of this kind in this run</span>'
 
 
 def _divergences(report: Mapping[str, Any]) -> str:

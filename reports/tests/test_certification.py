@@ -181,10 +181,41 @@ TARGETS = {
 }
 
 
+DEVIATIONS = """\
+deviations:
+  - id: DEV-001
+    target: librdkafka-mock
+    test: test_apiversions
+    requirement: PROTO.APIVER.001
+    observed: Answers with a body that is not <v0>.
+    evidence: Raw ApiVersions v3 returned 17 bytes & a v0 decode failed.
+  - id: DEV-002
+    target: librdkafka-mock
+    versions: ">=2.0"
+    test: s/test_kip98.py::test_dedup
+    requirement: KIP-98.IDEMP.001
+    observed: Appends the duplicate batch.
+    evidence: test_dedup[librdkafka-mock] saw two copies.
+  - id: DEV-003
+    target: kafka-native
+    test: test_lock
+    requirement: KIP-932.SHARE.002
+    observed: Never times the lock out.
+    evidence: Waited twice the lock duration.
+"""
+
+
 @pytest.fixture()
-def report(tmp_path: Path, catalog_dir: Path, register_file: Path) -> dict:
+def deviations_file(tmp_path: Path) -> Path:
+    p = tmp_path / "deviations.yaml"
+    p.write_text(DEVIATIONS)
+    return p
+
+
+@pytest.fixture()
+def report(tmp_path: Path, catalog_dir: Path, register_file: Path, deviations_file: Path) -> dict:
     results = write_results(tmp_path / "out" / "results", sample_rows(), TARGETS)
-    return cert.build_report_from_dir(results, catalog_dir, register_file)
+    return cert.build_report_from_dir(results, catalog_dir, register_file, deviations_path=deviations_file)
 
 
 def req(report, rid):
@@ -366,6 +397,181 @@ def test_packaged_catalog_loads():
 
 
 # ---------------------------------------------------------------------------------
+# known target deviations (conformance/deviations.yaml)
+
+MOCK = "librdkafka-mock"
+
+
+def xfail_reason(dev_id, req, observed):
+    """The reason the conformance plugin writes for a registered deviation's strict xfail."""
+    return f"expected failure (xfail): registered deviation {dev_id} ({req}): {observed}"
+
+
+def mock_rows():
+    return [
+        # PROTO.APIVER.001: the only covering test fails as registered (DEV-001).
+        row("s/test_proto.py::test_apiversions", MOCK, ["PROTO.APIVER.001"], "fail",
+            reason=xfail_reason("DEV-001", "PROTO.APIVER.001", "Answers with a body that is not <v0>.")),
+        # KIP-98.IDEMP.001: the deviation did not occur (strict xpass).
+        row("s/test_kip98.py::test_dedup", MOCK, ["KIP-98.IDEMP.001"], "fail",
+            reason="[XPASS(strict)] registered deviation DEV-002 (KIP-98.IDEMP.001): Appends the duplicate batch."),
+        # KIP-98.TXN.001: one covering test is a known deviation, another fails unexplained.
+        row("s/test_kip98.py::test_abort", MOCK, ["KIP-98.TXN.001"], "fail",
+            reason=xfail_reason("DEV-009", "KIP-98.TXN.001", "not in the register")),
+        row("s/test_kip98.py::test_abort_read", MOCK, ["KIP-98.TXN.001"], "fail", reason="saw aborted record"),
+        # KIP-932.SHARE.001 passes; a failure that merely mentions a DEV id is not a known deviation.
+        row("s/test_share.py::test_one_member", MOCK, ["KIP-932.SHARE.001"], "pass"),
+        row("s/test_share.py::test_lock", MOCK, ["KIP-932.SHARE.002"], "fail",
+            reason="AssertionError: unlike registered deviation DEV-003, the lock never expired"),
+    ]
+
+
+@pytest.fixture()
+def mock_report(tmp_path, catalog_dir, register_file, deviations_file) -> dict:
+    results = write_results(tmp_path / "mock" / "results", mock_rows())
+    return cert.build_report_from_dir(results, catalog_dir, register_file, target_order=[MOCK],
+                                      deviations_path=deviations_file)
+
+
+def test_deviation_of_reads_the_plugin_reasons():
+    from conformance.deviations import Deviation
+
+    dev = Deviation("DEV-004", MOCK, "test_corrupt_batch_rejected", "PROTO.BAD.001", "appends it", "seen")
+    # exactly how conformance/plugin.py words the strict xfail and pytest the strict xpass
+    assert cert.deviation_of("fail", f"expected failure (xfail): {dev.reason}") == {
+        "id": "DEV-004", "status": cert.EXPECTED_FAILURE}
+    assert cert.deviation_of("fail", "[XPASS(strict)] " + dev.reason) == {
+        "id": "DEV-004", "status": cert.UNEXPECTED_PASS}
+    assert cert.deviation_of("pass", f"expected failure (xfail): {dev.reason}") is None
+    assert cert.deviation_of("error", f"expected failure (xfail): {dev.reason}") is None
+    assert cert.deviation_of("fail", f"AssertionError: {dev.reason}") is None
+    assert cert.deviation_of("fail", "expected failure (xfail): flaky") is None
+    assert cert.deviation_of("fail", "") is None and cert.deviation_of("fail", None) is None
+
+
+def test_known_deviation_keeps_the_fail_verdict(mock_report):
+    rep = mock_report
+    apiver = req(rep, "PROTO.APIVER.001")["per_target"][MOCK]
+    assert apiver["verdict"] == "fail"  # a known deviation is still non-compliance
+    assert apiver["known_deviations"] == ["DEV-001"]
+    assert apiver["tests"][0]["deviation"] == {"id": "DEV-001", "status": cert.EXPECTED_FAILURE}
+    assert "registered deviation DEV-001" in apiver["reason"]
+    assert kip(rep, "PROTO")["per_target"][MOCK]["verdict"] == "non-compliant"
+    assert rep["summary"]["result"] == "fail" and cert.exit_code(rep) == 1
+    assert rep["summary"]["per_target"][MOCK]["verdict"] == "non-compliant"
+    # mixed: the unexplained failure is still there next to the known one
+    txn = req(rep, "KIP-98.TXN.001")["per_target"][MOCK]
+    assert txn["verdict"] == "fail" and txn["known_deviations"] == ["DEV-009"]
+    assert [t["deviation"] for t in txn["tests"]] == [{"id": "DEV-009", "status": cert.EXPECTED_FAILURE}, None]
+    # a strict xpass names the entry but is not a known deviation
+    dedup = req(rep, "KIP-98.IDEMP.001")["per_target"][MOCK]
+    assert dedup["verdict"] == "fail" and dedup["known_deviations"] == []
+    assert dedup["tests"][0]["deviation"] == {"id": "DEV-002", "status": cert.UNEXPECTED_PASS}
+    # a reason that merely mentions a DEV id is not matched
+    lock = req(rep, "KIP-932.SHARE.002")["per_target"][MOCK]
+    assert lock["known_deviations"] == [] and lock["tests"][0]["deviation"] is None
+    # passing requirements carry no deviation
+    assert req(rep, "KIP-932.SHARE.001")["per_target"][MOCK]["known_deviations"] == []
+
+
+def test_deviation_register_and_matches_in_json(mock_report):
+    d = mock_report["deviations"]
+    assert [g["id"] for g in d["register"]] == ["DEV-001", "DEV-002", "DEV-003"]
+    assert d["register"][0] == {
+        "id": "DEV-001", "target": MOCK, "versions": None, "test": "test_apiversions",
+        "requirement": "PROTO.APIVER.001", "observed": "Answers with a body that is not <v0>.",
+        "evidence": "Raw ApiVersions v3 returned 17 bytes & a v0 decode failed.",
+    }
+    assert d["register"][1]["versions"] == ">=2.0"
+    assert [(m["id"], m["status"], m["test"]) for m in d["matched"]] == [
+        ("DEV-009", cert.EXPECTED_FAILURE, "test_abort"),
+        ("DEV-002", cert.UNEXPECTED_PASS, "test_dedup"),
+        ("DEV-001", cert.EXPECTED_FAILURE, "test_apiversions"),
+    ]
+    m = d["matched"][-1]
+    assert (m["target"], m["target_kind"], m["requirements"], m["verdict"]) == (MOCK, MOCK, ["PROTO.APIVER.001"], "fail")
+    problems = "\n".join(mock_report["problems"])
+    assert "registered deviation DEV-002 did not occur on librdkafka-mock" in problems
+    assert "missing from the deviation register: DEV-009" in problems
+
+
+def test_deviation_register_missing_or_invalid(tmp_path, catalog_dir):
+    results = write_results(tmp_path / "r", mock_rows())
+    rep = cert.build_report_from_dir(results, catalog_dir, None, deviations_path=tmp_path / "none.yaml")
+    assert rep["deviations"]["register"] == []
+    assert len(rep["deviations"]["matched"]) == 3  # rows still name their deviations
+    assert "The deviation register is empty or missing." not in render_html(rep)  # unregistered ids are listed
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("deviations:\n  - id: DEV-1\n    target: x\n")
+    rep = cert.build_report_from_dir(results, catalog_dir, None, deviations_path=bad)
+    assert rep["deviations"]["register"] == []
+    assert any(p.startswith("deviation register unreadable: ") and "id must look like DEV-001" in p
+               for p in rep["problems"])
+    empty = cert.build_report_from_dir(write_results(tmp_path / "e", sample_rows()[:2]), catalog_dir, None,
+                                       deviations_path=tmp_path / "none.yaml")
+    assert "The deviation register is empty or missing." in render_html(empty)
+
+
+def test_packaged_deviation_register_loads():
+    devs = cert.load_deviation_register()
+    assert devs and all(d["id"].startswith("DEV-") and d["target"] and d["test"] for d in devs)
+
+
+def _text(html: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", html))
+
+
+def _cell(html: str, rid: str) -> str:
+    """The requirement row of `rid` in the Requirements table."""
+    table = html[html.index('id="reqs"'):]
+    start = table.index(f"<td><code>{rid}</code></td>")
+    return table[start:table.index("</tr>", start)]
+
+
+def test_html_known_deviations_section(mock_report):
+    html = render_html(mock_report)
+    assert 'href="#deviations">Known target deviations</a>' in html  # table of contents
+    section = html[html.index('<h2 id="deviations">'):html.index('<h2 id="divergences">')]
+    assert "Known target deviations" in section
+    for head in ("id", "target", "requirement", "test", "observed", "evidence"):
+        assert f"<th>{head}</th>" in section
+    assert '<code id="dev-DEV-001">DEV-001</code>' in section
+    assert "<code>test_apiversions</code>" in section and "<code>PROTO.APIVER.001</code>" in section
+    assert "Answers with a body that is not &lt;v0&gt;." in section  # escaped
+    assert "17 bytes &amp; a v0 decode failed" in section
+    assert "&gt;=2.0" in section  # version constraint shown
+    text = _text(section)
+    assert "failed as registered on librdkafka-mock" in text
+    assert "did not occur (the test passed; strict XPASS) on librdkafka-mock" in text
+    assert "no target of this kind in this run" in text  # DEV-003 is for kafka-native
+    assert '<code id="dev-DEV-009">DEV-009</code>' in section and "not in the deviation register" in section
+    assert "failing test result(s) are" in html and "registered known target deviations" in html
+
+
+def test_html_failing_cell_names_the_known_deviation(mock_report):
+    html = render_html(mock_report)
+    cell = _cell(html, "PROTO.APIVER.001")
+    assert "fail (known deviation DEV-001)" in _text(cell)
+    assert '<a href="#dev-DEV-001">DEV-001</a>' in cell
+    assert '<span class="badge v-fail"' in cell  # the verdict badge stays "fail"
+    assert 'data-status="fail"' in html[html.rindex("<tr", 0, html.index(cell)):html.index(cell)]
+    mixed = _text(_cell(html, "KIP-98.TXN.001"))
+    assert "fail (known deviation DEV-009; + 1 other failing test(s))" in mixed
+    assert "fail (DEV-002 did not occur (strict XPASS))" in _text(_cell(html, "KIP-98.IDEMP.001"))
+    lock = _text(_cell(html, "KIP-932.SHARE.002"))
+    assert "known deviation" not in lock and "fail" in lock
+    # every link to a deviation has a target on the page
+    for ref in set(re.findall(r'href="#(dev-[^"]+)"', html)):
+        assert f'id="{ref}"' in html
+
+
+def test_html_without_deviations_is_unchanged_in_cells(report):
+    html = render_html(report)
+    assert "known deviation DEV-" not in html  # no row of the sample run names a deviation
+    assert "Known target deviations" in html
+
+
+# ---------------------------------------------------------------------------------
 # JSON schema
 
 
@@ -374,7 +580,7 @@ def test_json_schema_is_stable(report, tmp_path):
     data = json.loads(path.read_text())
     assert tuple(data) == cert.REPORT_KEYS
     assert data["schema"] == "kipcheck-certification-report"
-    assert data["schema_version"] == 1
+    assert data["schema_version"] == 2
     assert set(data["summary"]) == {
         "result", "tests", "tests_total", "requirements_total", "requirements_tested",
         "requirements_untested", "per_target",
@@ -385,7 +591,10 @@ def test_json_schema_is_stable(report, tmp_path):
         "id", "kip", "section", "level", "behaviour", "oracle", "implemented_in", "in_catalog", "tested",
         "tests", "per_target",
     }
-    assert set(data["requirements"][0]["per_target"][REF]) == {"verdict", "reason", "tests"}
+    assert set(data["requirements"][0]["per_target"][REF]) == {"verdict", "reason", "known_deviations", "tests"}
+    assert set(data["requirements"][0]["per_target"][REF]["tests"][0]) == {
+        "nodeid", "verdict", "reason", "duration_s", "deviation"
+    }
     assert set(data["targets"][0]) == {
         "spec", "kind", "version", "nodes", "bootstrap", "startup_seconds", "finalized_features",
         "supported_features", "api_versions", "described", "start_error", "skip_reason", "errors",
@@ -395,7 +604,20 @@ def test_json_schema_is_stable(report, tmp_path):
     assert set(data["divergences"]["observed"][0]) == {
         "target", "nodeid", "test", "verdict", "requirement", "what", "observed", "reference"
     }
+    assert set(data["deviations"]) == {"register", "matched"}
+    assert set(data["deviations"]["register"][0]) == {
+        "id", "target", "versions", "test", "requirement", "observed", "evidence"
+    }
     assert set(data["host"]) == {"hostname", "platform", "python"}
+
+
+def test_json_schema_of_matched_deviations(tmp_path, catalog_dir, deviations_file):
+    rep = cert.build_report_from_dir(write_results(tmp_path / "r", mock_rows()), catalog_dir, None,
+                                     deviations_path=deviations_file)
+    data = json.loads(cert.write_json(rep, tmp_path / "report.json").read_text())
+    assert set(data["deviations"]["matched"][0]) == {
+        "id", "status", "target", "target_kind", "nodeid", "test", "requirements", "verdict"
+    }
 
 
 # ---------------------------------------------------------------------------------
