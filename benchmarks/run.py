@@ -21,7 +21,7 @@ from typing import Any, Callable
 # (messages per produce/consume measurement, end-to-end messages, ApiVersions requests,
 #  time budget per measurement in seconds)
 FULL = {"messages": 50_000, "e2e_messages": 2_000, "requests": 5_000, "budget_s": 60.0}
-QUICK = {"messages": 5_000, "e2e_messages": 300, "requests": 500, "budget_s": 8.0}
+QUICK = {"messages": 10_000, "e2e_messages": 500, "requests": 1_000, "budget_s": 8.0}
 VALUE_SIZES = (100, 1024)
 COMPRESSIONS = ("none", "lz4")
 
@@ -157,7 +157,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def _produce(rb: Any, bootstrap: str, topic: str, partitions: int, messages: int, size: int, codec: str, budget: float):
     rb.create_topic(bootstrap, topic, partitions)
-    return rb.produce_throughput(bootstrap, topic, messages=messages, value_size=size, compression=codec, budget_s=budget)
+    return rb.produce_throughput(bootstrap, topic, messages=messages, value_size=size, compression=codec,
+                                 budget_s=budget, flush_timeout_s=max(5.0, budget))
 
 
 def _e2e(rb: Any, bootstrap: str, topic: str, messages: int, budget: float):

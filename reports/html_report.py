@@ -487,9 +487,12 @@ def _deviation_run_status(matched: list[Mapping[str, Any]], specs_of_kind: list[
                 what = f"{_badge('fail')} failed as registered on"
             else:
                 what = f"{_badge('fail')} did not occur (the test passed; strict XPASS) on"
+            reqs = m.get("requirements") or []
             items.append(
                 f"<li>{what} <code>{e(m.get('target'))}</code> "
-                f'<span class="muted" title="{e(m.get("nodeid"))}">{e(m.get("test"))}</span></li>'
+                f'<span class="muted" title="{e(m.get("nodeid"))}">{e(m.get("test"))}</span>'
+                + (f'<div class="muted">covers {e(", ".join(reqs))}</div>' if reqs else "")
+                + "</li>"
             )
         return f'<ul class="tests">{"".join(items)}</ul>'
     if specs_of_kind:

@@ -14,13 +14,19 @@ from kio.schema.errors import ErrorCode
 
 from reference_impl.handlers.metadata import sync_liveness
 from reference_impl.handlers.registry import RequestContext, handles
-from reference_impl.model.topics import CreatableTopicSpec
+from reference_impl.model.topics import CreatableTopicSpec, CreateTopicResult
 from reference_impl.protocol import payloads
 
 API_KEY = 19
 NO_THROTTLE = datetime.timedelta(0)
 CONFIG_SOURCE_DYNAMIC_TOPIC = 1
 CONFIG_SOURCE_DEFAULT = 5
+# Kafka's controller refuses a request that would create more partitions than this in
+# total (ReplicationControlManager.MAX_PARTITIONS_PER_BATCH) with POLICY_VIOLATION for
+# every topic, before any other check; it also keeps a hostile num_partitions (up to
+# 2^31-1) from exhausting the reference broker's memory.
+MAX_PARTITIONS_PER_REQUEST = 10_000
+EXCESSIVE_PARTITIONS = "Excessively large number of partitions per request."
 
 
 @handles(API_KEY, 2, 7)
@@ -37,11 +43,27 @@ def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
         for t in request.topics
     ]
     validate_only = bool(payloads.get(request, "validate_only", False))
-    results = ctx.state.topics.create_topics(specs, validate_only=validate_only)
+    if _total_partitions(specs, ctx.state.config.num_partitions) > MAX_PARTITIONS_PER_REQUEST:
+        results = [CreateTopicResult(s.name, ErrorCode.policy_violation, EXCESSIVE_PARTITIONS) for s in specs]
+    else:
+        results = ctx.state.topics.create_topics(specs, validate_only=validate_only)
     return ctx.response(
         throttle_time=NO_THROTTLE,
         topics=tuple(_result(ctx, r) for r in results),
     )
+
+
+def _total_partitions(specs: list[CreatableTopicSpec], default_partitions: int) -> int:
+    """Kafka's upper bound: assignments count, else num_partitions (-1: the default)."""
+    total = 0
+    for s in specs:
+        if s.assignments:
+            total += len(s.assignments)
+        elif s.num_partitions == -1:
+            total += default_partitions
+        elif s.num_partitions > 0:
+            total += s.num_partitions
+    return total
 
 
 def _result(ctx: RequestContext, r: Any) -> Any:

@@ -8,8 +8,11 @@ and response header v1; ApiVersions responses always use header v0), and mapping
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import struct
+import types
+import typing
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -162,6 +165,7 @@ def decode_request(frame: bytes, *, strict: bool = True) -> DecodedRequest:
         raise PayloadDecodeError(
             f"{cls.__name__} v{header.api_version} body does not parse: {exc}"
         ) from exc
+    check_non_nullable(body)
     if strict and header.header_size + size != len(frame):
         # Kafka rejects requests with trailing garbage rather than ignoring it.
         raise PayloadDecodeError(
@@ -169,6 +173,37 @@ def decode_request(frame: bytes, *, strict: bool = True) -> DecodedRequest:
             f"{cls.__name__} v{header.api_version}"
         )
     return DecodedRequest(header, body, frame)
+
+
+@lru_cache(maxsize=None)
+def _nullability(cls: type) -> tuple[tuple[str, bool, type | None], ...]:
+    """(field, nullable, nested entity class or None) for each field of a kio entity."""
+    out = []
+    for f in dataclasses.fields(cls):
+        tp, nullable = f.type, False
+        if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+            args = typing.get_args(tp)
+            nullable = type(None) in args
+            rest = [a for a in args if a is not type(None)]
+            tp = rest[0] if len(rest) == 1 else tp
+        inner = typing.get_args(tp)[0] if typing.get_origin(tp) is tuple else tp
+        nested = inner if isinstance(inner, type) and dataclasses.is_dataclass(inner) else None
+        out.append((f.name, nullable, nested))
+    return tuple(out)
+
+
+def check_non_nullable(entity: Any, path: str = "") -> None:
+    """Kafka's generated parsers reject null (length -1) in a non-nullable array or
+    struct ("non-nullable field X was serialized as null"); kio reads such an array as
+    None, so the check is made here. Strings and bytes are already checked by kio."""
+    for name, nullable, nested in _nullability(type(entity)):
+        value = getattr(entity, name)
+        if value is None:
+            if not nullable:
+                raise PayloadDecodeError(f"non-nullable field {path}{name} was serialized as null")
+        elif nested is not None:
+            for item in value if isinstance(value, tuple) else (value,):
+                check_non_nullable(item, f"{path}{name}.")
 
 
 # --- responses ------------------------------------------------------------------
@@ -221,7 +256,11 @@ def decode_response(frame: bytes, api_key: int, api_version: int) -> tuple[int, 
 
 
 class FrameReader:
-    """Splits a byte stream into frames; raises FrameError on an impossible size."""
+    """Splits a byte stream into frames; raises FrameError on an impossible size.
+
+    Complete frames before an impossible size prefix are returned first and the error
+    is raised by the next call (`feed(b"")` re-checks the buffer): Kafka reads one size
+    prefix at a time, so it answers those requests before it closes the connection."""
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self._buf = bytearray()
@@ -232,6 +271,8 @@ class FrameReader:
         frames: list[bytes] = []
         while len(self._buf) >= 4:
             (size,) = _SIZE.unpack_from(self._buf, 0)
+            if frames and not 0 <= size <= self._max:
+                break  # answer the frames before it; the next feed raises
             check_frame_size(size, self._max)
             if len(self._buf) < 4 + size:
                 break

@@ -66,7 +66,7 @@ class ReferenceCluster:
         self._connections: dict[int, _Connection] = {}
         self._ids = itertools.count(1)
         self.runtime: BrokerRuntime | None = None
-        self.stats = {"connections": 0, "requests": 0, "closed_bad_input": 0, "handler_errors": 0}
+        self.stats = {"connections": 0, "requests": 0, "closed_bad_input": 0, "handler_errors": 0, "server_errors": 0}
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -148,19 +148,28 @@ class ReferenceCluster:
                 data = await reader.read(1 << 16)
                 if not data:
                     return
-                for frame in frames.feed(data):
-                    answer = await self._answer(conn, frame)
-                    if answer is _CLOSE:
-                        self.stats["closed_bad_input"] += 1
-                        return
-                    if answer is not _NO_RESPONSE:
-                        writer.write(answer)
-                        await writer.drain()
+                batch = frames.feed(data)
+                while batch:
+                    for frame in batch:
+                        answer = await self._answer(conn, frame)
+                        if answer is _CLOSE:
+                            self.stats["closed_bad_input"] += 1
+                            return
+                        if answer is not _NO_RESPONSE:
+                            writer.write(answer)
+                            await writer.drain()
+                    # Frames are answered before a bad size prefix behind them closes the
+                    # connection (FrameReader defers that error to this re-check).
+                    batch = frames.feed(b"")
         except framing.FrameError as exc:
             self.stats["closed_bad_input"] += 1
             log.warning("node %s conn %s: closing: %s", node_id, conn.connection_id, exc)
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
             pass
+        except Exception:
+            # A bug in the server itself: visible in stats, and only this connection ends.
+            self.stats["server_errors"] += 1
+            log.exception("node %s conn %s: server error", node_id, conn.connection_id)
         finally:
             self._connections.pop(conn.connection_id, None)
             await self._on_disconnect(conn)
@@ -213,7 +222,13 @@ class ReferenceCluster:
             await self.runtime.notify()
         if result is None:
             return _NO_RESPONSE
-        return framing.encode_response(result, correlation_id, api_key, api_version)
+        try:
+            return framing.encode_response(result, correlation_id, api_key, api_version)
+        except Exception:
+            # The handler built a response its version cannot encode: a handler bug.
+            self.stats["handler_errors"] += 1
+            log.exception("node %s: response to api_key=%s v%s does not encode", conn.node_id, api_key, api_version)
+            return _CLOSE
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -48,7 +48,7 @@ def _unknown_api_versions_frame(correlation_id: int) -> bytes:
     return framing.size_prefixed(header + b"\x00\x00\x00")
 
 
-@pytest.mark.requirement("PROTO.APIVER.003", "PROTO.APIVER.004")
+@pytest.mark.requirement("PROTO.APIVER.003")
 def test_too_new_api_versions_answered_with_v0_unsupported_version(target):
     with RawClient.connect(target.bootstrap_servers) as c:
         raw = c.send_frame(_unknown_api_versions_frame(4242))
@@ -59,6 +59,22 @@ def test_too_new_api_versions_answered_with_v0_unsupported_version(target):
     assert body.error_code == ErrorCode.unsupported_version
     advertised = {int(k.api_key) for k in body.api_keys}
     assert 18 in advertised, "the v0 answer must at least list ApiVersions itself"
+
+
+@pytest.mark.requirement("PROTO.APIVER.004")
+def test_api_versions_responses_use_header_v0(target):
+    with RawClient.connect(target.bootstrap_servers) as c:
+        c.api_versions(3)
+        version = c.api_versions_version  # 3 (flexible) unless the broker is older
+        request = payloads.build(framing.request_schema(18, version), **_api_versions_fields())
+        raw_ok = c.send_frame(framing.encode_request(request, 77, "kipcheck"))
+        raw_unsupported = c.send_frame(_unknown_api_versions_frame(78))
+    # A header v1 would put a tagged-field count byte after the correlation id; with
+    # header v0 the error code (int16) follows it directly.
+    for raw, correlation_id, expected_error in ((raw_ok, 77, 0), (raw_unsupported, 78, 35)):
+        assert struct.unpack_from(">i", raw, 0)[0] == correlation_id
+        assert struct.unpack_from(">h", raw, 4)[0] == expected_error, "ApiVersions response header is not v0"
+    framing.decode_response(raw_ok, 18, version)  # strict: the whole frame is header v0 + body
 
 
 @pytest.mark.requirement("PROTO.APIVER.002")
