@@ -371,10 +371,14 @@ class HistoryBuilder:
         self._t += self._step
         return op
 
-    def invoke(self, process: Any, *mops: list, f: str = "txn") -> Op:
-        """Open an op; ``mops`` may be given in completion form, results are stripped."""
-        return self._append(process, INVOKE, f, strip_results(list(mops)) if f in CLIENT_FS else
-                            (list(mops[0]) if mops else None))
+    def invoke(self, process: Any, *mops: list, f: str = "txn", value: Any = None) -> Op:
+        """Open an op; ``mops`` may be given in completion form, results are stripped.
+
+        Position ops (assign, subscribe, seek, crash) take ``value`` instead of ``mops``.
+        """
+        if f in CLIENT_FS:
+            value = strip_results(list(mops))
+        return self._append(process, INVOKE, f, value)
 
     def complete(self, inv: Op, type_: str, *mops: list, error: Any = None) -> Op:
         """Complete ``inv``; with no ``mops`` the completion repeats the invocation value."""

@@ -132,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--format", choices=("all", "json", "html"), default="all", help="report files to write (default: all)")
     r.add_argument("--catalog", metavar="DIR", help="requirement catalog directory (default: the packaged catalog)")
     r.add_argument("--divergences", metavar="FILE", help="divergence register (default: the packaged divergences.yaml)")
+    r.add_argument("--deviations", metavar="FILE", help="known-deviation register (default: the packaged deviations.yaml)")
 
     k = sub.add_parser(
         "catalog",
@@ -375,12 +376,14 @@ def cmd_certify(args: argparse.Namespace) -> int:
 
 
 def _build_and_write(results_dir: Path, out: Path, fmt: str, target_order: list[str] | None = None,
-                     catalog: str | None = None, divergences: str | None = None) -> dict[str, Any]:
+                     catalog: str | None = None, divergences: str | None = None,
+                     deviations: str | None = None) -> dict[str, Any]:
     from reports.certification import build_report_from_dir, write_json
     from reports.html_report import write_html
 
     try:
-        report = build_report_from_dir(results_dir, catalog, divergences, target_order=target_order)
+        report = build_report_from_dir(results_dir, catalog, divergences, target_order=target_order,
+                                       deviations_path=deviations)
     except FileNotFoundError as exc:
         raise UsageError(str(exc)) from None
     try:
@@ -439,7 +442,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     else:
         out = results_dir.parent if results_dir.name == "results" else results_dir
     _load_catalog_or_fail(args.catalog)
-    report = _build_and_write(results_dir, out, args.format, catalog=args.catalog, divergences=args.divergences)
+    report = _build_and_write(results_dir, out, args.format, catalog=args.catalog, divergences=args.divergences,
+                              deviations=args.deviations)
     _print_summary(report, out, args.format)
     from reports.certification import exit_code
 
