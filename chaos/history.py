@@ -26,7 +26,7 @@ list of keys), ``crash`` nothing: they mark points where a process's consumer po
 legitimately changes. Keys are topic-partitions, always strings (``"orders-0"``);
 builders accept ``("orders", 0)`` tuples and ints and normalise them. Values must be
 unique per key across the whole workload (the generator's job) so that every observed
-value names exactly one writer.
+value names exactly one writer, and hashable JSON scalars (ints or strings).
 
 Nothing here does I/O: ``to_json`` / ``from_json`` work on strings.
 """
