@@ -22,6 +22,19 @@ def advertised_versions() -> list[tuple[int, int, int]]:
 @handles(API_KEY, 0, 4)
 def handle_api_versions(ctx: RequestContext, request) -> object:
     cfg = ctx.state.config
+    features = {}
+    if ctx.api_version >= 3:  # feature fields are tagged fields of v3+
+        features = dict(
+            supported_features=tuple(
+                ctx.nested("SupportedFeatureKey", name=name, min_version=lo, max_version=hi)
+                for name, (lo, hi) in sorted(cfg.supported_features.items())
+            ),
+            finalized_features_epoch=1 if cfg.finalized_features else -1,
+            finalized_features=tuple(
+                ctx.nested("FinalizedFeatureKey", name=name, max_version_level=lvl, min_version_level=lvl)
+                for name, lvl in sorted(cfg.finalized_features.items())
+            ),
+        )
     return ctx.response(
         error_code=ErrorCode.none,
         api_keys=tuple(
@@ -29,15 +42,7 @@ def handle_api_versions(ctx: RequestContext, request) -> object:
             for k, lo, hi in advertised_versions()
         ),
         throttle_time=NO_THROTTLE,
-        supported_features=tuple(
-            ctx.nested("SupportedFeatureKey", name=name, min_version=lo, max_version=hi)
-            for name, (lo, hi) in sorted(cfg.supported_features.items())
-        ),
-        finalized_features_epoch=1 if cfg.finalized_features else -1,
-        finalized_features=tuple(
-            ctx.nested("FinalizedFeatureKey", name=name, max_version_level=lvl, min_version_level=lvl)
-            for name, lvl in sorted(cfg.finalized_features.items())
-        ),
+        **features,
     )
 
 

@@ -156,19 +156,27 @@ def handle_metadata(ctx: RequestContext, request: Any) -> Any:
             name = payloads.get(t, "name")
             tid = nonzero_uuid(payloads.get(t, "topic_id"))
             if version < 12 and (name is None or tid is not None):
-                # Kafka rejects the whole request; every named topic carries the error.
-                return _response(
-                    ctx,
-                    tuple(
+                # Kafka rejects the whole request (MetadataRequest.getErrorResponse): every
+                # requested topic carries the error, a null name becomes "" (the response
+                # name is not nullable before v12), and there are no brokers, no cluster id
+                # and controller -1.
+                return ctx.response(
+                    throttle_time=NO_THROTTLE,
+                    brokers=(),
+                    cluster_id=None,
+                    controller_id=-1,
+                    topics=tuple(
                         _topic_entry(
                             ctx,
                             error=ErrorCode.invalid_request,
-                            name=payloads.get(x, "name"),
+                            name=payloads.get(x, "name") or "",
                             topic_id=nonzero_uuid(payloads.get(x, "topic_id")),
                             internal=False,
                         )
                         for x in requested
                     ),
+                    cluster_authorized_operations=UNSET_AUTHORIZED_OPERATIONS,
+                    error_code=ErrorCode.none,
                 )
 
     include_topic_ops = bool(payloads.get(request, "include_topic_authorized_operations", False))

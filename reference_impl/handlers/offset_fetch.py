@@ -1,8 +1,15 @@
 """OffsetFetch (key 9), v1-v9 (Kafka 4 removed v0; v10's topic ids are not offered).
 
 v1-v7 ask for one group, v8+ for several. Topics that do not exist are not checked:
-their partitions read as "no committed offset" (-1), as in Kafka. `require_stable` (v7+)
-reports UNSTABLE_OFFSET_COMMIT for partitions with a pending transactional commit.
+their partitions read as "no committed offset" (-1), as in Kafka.
+
+`require_stable` (v7+, KIP-447) reports UNSTABLE_OFFSET_COMMIT (88; never the KIP text's
+PENDING_TRANSACTION 85, see DIV-001) with offset -1 for each partition that has a pending
+transactional offset (TxnOffsetCommit of a transaction whose marker has not reached the
+group coordinator); the other partitions of the same request are answered normally.
+Without it (and below v7, which has no such field) the last committed offset is returned
+and pending transactional offsets are invisible. A fetch of all partitions (topics null)
+lists committed partitions only, as Kafka's fetchAllOffsets.
 """
 
 from __future__ import annotations

@@ -8,9 +8,11 @@ acks must be -1, 0 or 1 (INVALID_REQUIRED_ACKS); this node must lead the partiti
 min.insync.replicas live replicas (NOT_ENOUGH_REPLICAS); then the log validates and
 appends (see PartitionLog.append_from_client).
 
-Idempotent batches (producer id >= 0, not transactional) are accepted as Kafka does
-for a producer id it holds no state for; transactional batches are refused by the
-default producer-state seam (see partition_log.UntrackedProducers). acks=0 gets no
+Idempotent batches (producer id >= 0, not transactional) are validated by the
+partition's producer-state seam. Before a producer's first transactional batch on a
+partition the leader consults the transaction coordinator (KIP-890, see
+`_verify_transaction`): verification for TV1 producers, implicit add for TV2 producers
+(Produce v12+). acks=0 gets no
 response; if any partition failed, the connection is closed instead, as Kafka does.
 """
 
@@ -89,6 +91,75 @@ def _has_transactional_records(request: Any) -> bool:
     return False
 
 
+# First Produce version whose clients understand TRANSACTION_ABORTABLE (KIP-890 part 1).
+FIRST_ABORTABLE_VERSION = 11
+# First Produce version of transaction-version-2 clients: the leader adds the partition (KIP-890 part 2).
+FIRST_IMPLICIT_ADD_VERSION = 12
+# Coordinator answers older producers would not retry correctly: Kafka turns them into
+# NOT_ENOUGH_REPLICAS, which every producer retries without a metadata refresh.
+_RETRIABLE_VERIFICATION_ERRORS = frozenset({
+    ErrorCode.concurrent_transactions, ErrorCode.network_exception, ErrorCode.coordinator_load_in_progress,
+    ErrorCode.coordinator_not_available, ErrorCode.not_coordinator,
+})
+
+
+def _verify_transaction(
+    ctx: RequestContext, request: Any, part: Any, batch: bytes, version: int
+) -> tuple[ErrorCode, str | None] | None:
+    """KIP-890 check before a producer's first transactional batch on a partition.
+
+    As Kafka's ReplicaManager + AddPartitionsToTxnManager: when the producer has no open
+    transaction on the partition yet, the leader asks the transaction coordinator -
+    verification for TV1 producers (Produce < v12; skipped when
+    transaction.partition.verification.enable is false), an implicit add for TV2
+    producers (Produce v12+). Returns (error, message) to
+    refuse the batch, None to go on with the append. A cluster model without a
+    transaction coordinator skips this (the producer-state seam decides alone).
+    """
+    transactions = getattr(ctx.state, "transactions", None)
+    if transactions is None or len(batch) < rec.RECORD_BATCH_OVERHEAD:
+        return None
+    try:
+        header = rec.parse_batch_header(batch)
+    except rec.RecordBatchError:  # malformed: the log's own validation answers it
+        return None
+    if not header.is_transactional or header.is_control or header.producer_id < 0:
+        return None
+    tracker = part.log.producer_state
+    has_ongoing = getattr(tracker, "has_ongoing_transaction", None)
+    if has_ongoing is not None:
+        if has_ongoing(header.producer_id, header.producer_epoch):
+            return None
+    elif header.producer_id in part.log.ongoing_transactions:
+        return None
+    tid = request.transactional_id
+    # Kafka decides by the request version alone (produceRequestVersionToTransactionSupportedOperation):
+    # clients send v12+ only to clusters with transaction.version >= 2 finalized.
+    add = version >= FIRST_IMPLICIT_ADD_VERSION
+    if ctx.state.coordinator_for(tid) not in ctx.state.alive:
+        error = ErrorCode.coordinator_not_available
+    else:
+        error = ErrorCode(int(transactions.verify_or_add_partition(
+            tid, header.producer_id, header.producer_epoch, part.log.topic, part.log.partition, add, now_ms=ctx.now_ms,
+        )))
+    if error == ErrorCode.none:
+        note = getattr(tracker, "note_verified", None)
+        if note is not None:
+            note(header.producer_id, header.producer_epoch, supports_epoch_bump=add)
+        return None
+    if error == ErrorCode.invalid_txn_state:
+        return error, "Partition was not added to the transaction"
+    if error in _RETRIABLE_VERIFICATION_ERRORS:
+        return ErrorCode.not_enough_replicas, (
+            f"Unable to verify the partition has been added to the transaction. Underlying error: {error.name.upper()}"
+        )
+    if error == ErrorCode.producer_fenced:
+        return ErrorCode.invalid_producer_epoch, None
+    if error == ErrorCode.transaction_abortable and version < FIRST_ABORTABLE_VERSION:
+        return ErrorCode.invalid_txn_state, None
+    return error, None
+
+
 @handles(API_KEY, 3, 13)
 def handle_produce(ctx: RequestContext, request: Any) -> Any:
     version = ctx.api_version
@@ -150,6 +221,10 @@ def handle_produce(ctx: RequestContext, request: Any) -> Any:
                 continue
             if acks == -1 and len(part.isr) < topic.min_insync_replicas:
                 po.error = ErrorCode.not_enough_replicas
+                continue
+            verification = _verify_transaction(ctx, request, part, batch, version)
+            if verification is not None:
+                po.error, po.error_message = verification
                 continue
             try:
                 result = part.log.append_from_client(batch, now_ms=now)

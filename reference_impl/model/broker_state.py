@@ -12,6 +12,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from reference_impl.model.clock import Clock
+from reference_impl.model.transaction_coordinator import TransactionConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,10 +36,14 @@ class BrokerConfig:
     # so that tests do not wait for an empty-group join delay.
     group_initial_rebalance_delay_ms: int = 0
     offsets_retention_minutes: int = 10_080
-    # Finalized feature levels advertised in ApiVersions (e.g. transaction.version).
-    finalized_features: dict[str, int] = field(default_factory=dict)
+    producer_id_expiration_ms: int = 86_400_000  # producer.id.expiration.ms
+    producer_id_expiration_check_interval_ms: int = 600_000
+    transaction: TransactionConfig = field(default_factory=TransactionConfig)
+    # Finalized feature levels advertised in ApiVersions. transaction.version=1 emulates a
+    # cluster without KIP-890 part 2; 2 is Kafka 4.x's default.
+    finalized_features: dict[str, int] = field(default_factory=lambda: {"transaction.version": 2})
     # Feature ranges the broker supports: name -> (min, max).
-    supported_features: dict[str, tuple[int, int]] = field(default_factory=dict)
+    supported_features: dict[str, tuple[int, int]] = field(default_factory=lambda: {"transaction.version": (0, 2)})
 
 
 def stable_hash(key: str) -> int:
@@ -52,14 +57,22 @@ class ReferenceState:
         if not nodes:
             raise ValueError("a cluster needs at least one node")
         from reference_impl.model.group_coordinator import GroupCoordinator
+        from reference_impl.model.producer_ids import ProducerIdManager
+        from reference_impl.model.producer_state import ProducerStateManager
         from reference_impl.model.topics import TopicRegistry
+        from reference_impl.model.transaction_coordinator import TransactionCoordinator
 
         self.nodes = {n.node_id: n for n in nodes}
         self.clock = clock
         self.config = config or BrokerConfig()
         self.alive: set[int] = set(self.nodes)
         self.topics = TopicRegistry(sorted(self.nodes), clock, self.config)
+        self.topics.producer_state_factory = lambda topic, partition: ProducerStateManager(self.config)
         self.groups = GroupCoordinator(sorted(self.nodes), clock, self.config)
+        self.producer_ids = ProducerIdManager()
+        self.transactions = TransactionCoordinator(
+            sorted(self.nodes), clock, self.config, self.topics, self.groups, producer_ids=self.producer_ids
+        )
 
     @property
     def controller_id(self) -> int:
@@ -75,3 +88,4 @@ class ReferenceState:
         now = self.clock.now_ms()
         self.topics.tick(now)
         self.groups.tick(now)
+        self.transactions.tick(now)

@@ -47,6 +47,8 @@ NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
 DEFAULT_OFFSET_METADATA_MAX_BYTES = 4096  # offset.metadata.max.bytes
 DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS = 600_000  # offsets.retention.check.interval.ms
 DEFAULT_GROUP_MAX_SIZE = 2**31 - 1  # group.max.size
+DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS = 50  # offsets.topic.num.partitions
+OFFSETS_TOPIC = "__consumer_offsets"
 CLASSIC_GROUP_TYPE = "classic"
 KNOWN_GROUP_TYPES = ("classic", "consumer", "share", "streams")
 
@@ -160,6 +162,10 @@ class GroupCoordinator:
         # Seam for the transaction model: called with the group id when a group is deleted
         # (DeleteGroups or offset expiration), e.g. to drop its pending transactional offsets.
         self.group_deleted_listeners: list[Callable[[str], None]] = []
+        # Transactional producers on the modelled __consumer_offsets partitions (KIP-447):
+        # (offsets partition, producer id) -> the producer's epoch there, as a partition's
+        # producer state keeps it (TxnOffsetCommit appends and transaction markers set it).
+        self._txn_producer_epochs: dict[tuple[int, int], int] = {}
 
     # -- configuration -------------------------------------------------------------
 
@@ -184,6 +190,14 @@ class GroupCoordinator:
     @property
     def _group_max_size(self) -> int:
         return int(getattr(self.config, "group_max_size", DEFAULT_GROUP_MAX_SIZE))
+
+    @property
+    def offsets_topic_num_partitions(self) -> int:
+        return int(getattr(self.config, "offsets_topic_num_partitions", DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS))
+
+    def offsets_partition_for(self, group_id: str) -> int:
+        """The __consumer_offsets partition of a group: abs(Java hashCode) % partitions."""
+        return _java_abs(_java_string_hash(group_id)) % self.offsets_topic_num_partitions
 
     # -- queries -------------------------------------------------------------------
 
@@ -876,6 +890,124 @@ class GroupCoordinator:
             out.append((topic, tuple(rows)))
         return OffsetFetchResult(ErrorCode.none, tuple(out))
 
+    # -- transactional offsets (KIP-447) ----------------------------------------------
+
+    def txn_offset_commit(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: Sequence[OffsetCommitEntry],
+        api_version: int = 5,
+    ) -> list[ErrorCode]:
+        """TxnOffsetCommit for partitions already checked against the topic registry.
+
+        The offsets are stored pending under (group, producer id) until the transaction's
+        marker (`complete_transactional_offsets`). Returns one error per entry, in order:
+        a group-level error (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID,
+        COORDINATOR_NOT_AVAILABLE) or INVALID_PRODUCER_EPOCH is repeated for every entry.
+        Unlike OffsetCommit, the group state (CompletingRebalance) is not enforced and no
+        member session is extended. `api_version` is accepted for symmetry; the fencing
+        fields simply carry their defaults below v3.
+        """
+        del api_version  # same model behaviour for every version (see docstring)
+        error = self.validate_txn_offset_commit(group_id, generation_id, member_id, group_instance_id)
+        if error is not None:
+            return [error] * len(offsets)
+        now = self.clock.now_ms()
+        errors = [
+            ErrorCode.offset_metadata_too_large
+            if entry.metadata is not None and len(entry.metadata) > self._metadata_max_bytes
+            else ErrorCode.none
+            for entry in offsets
+        ]
+        if ErrorCode.none not in errors:
+            return errors  # nothing to append: Kafka writes no record, checks no epoch
+        key = (self.offsets_partition_for(group_id), int(producer_id))
+        current = self._txn_producer_epochs.get(key)
+        if current is not None and int(producer_epoch) < current:
+            # The append to the offsets partition fails on the producer's older epoch.
+            return [ErrorCode.invalid_producer_epoch] * len(offsets)
+        self._txn_producer_epochs[key] = int(producer_epoch)
+        for entry, err in zip(offsets, errors):
+            if err != ErrorCode.none:
+                continue
+            self.offsets.put_pending(group_id, producer_id, entry.topic, entry.partition, OffsetAndMetadata(
+                committed_offset=entry.offset,
+                leader_epoch=entry.leader_epoch if entry.leader_epoch >= 0 else None,
+                metadata=NO_METADATA if entry.metadata is None else entry.metadata,
+                commit_timestamp_ms=now,
+            ))
+        return errors
+
+    def complete_transactional_offsets(
+        self, group_id: str, producer_id: int, producer_epoch: int, committed: bool
+    ) -> list[tuple[str, int]]:
+        """The transaction marker of `producer_id` reached the group's offsets partition.
+
+        Commit materialises the producer's pending offsets of the group (a plain commit of
+        the same partition written after the TxnOffsetCommit wins, as in Kafka); abort drops
+        them. The marker's epoch becomes the producer's epoch on the offsets partition.
+        Without pending offsets this is a no-op apart from the epoch. Returns the
+        (topic, partition) pairs whose committed offset changed.
+        """
+        self._note_marker_epoch(self.offsets_partition_for(group_id), producer_id, producer_epoch)
+        # As Kafka's replayEndTransactionMarker, the group is not (re)created here: if the
+        # group was removed by the expiration job meanwhile (it only counts committed
+        # offsets), the materialised offsets stay invisible to OffsetFetch until the group
+        # exists again.
+        materialised = self.offsets.complete_transaction(group_id, producer_id, committed)
+        return [(topic, partition) for topic, partition, _value in materialised]
+
+    def complete_partition_transaction(
+        self, offsets_partition: int, producer_id: int, producer_epoch: int, committed: bool
+    ) -> list[tuple[str, str, int]]:
+        """A marker written on one __consumer_offsets partition: completes the producer's
+        open transaction in every group placed there (what Kafka's marker does).
+        Returns (group, topic, partition) for each materialised offset."""
+        self._note_marker_epoch(offsets_partition, producer_id, producer_epoch)
+        out = []
+        for group_id in self.offsets.groups_with_open_transactions():
+            if self.offsets_partition_for(group_id) != offsets_partition:
+                continue
+            if int(producer_id) not in self.offsets.open_transactions(group_id):
+                continue
+            for topic, partition in self.complete_transactional_offsets(group_id, producer_id, producer_epoch, committed):
+                out.append((group_id, topic, partition))
+        return out
+
+    def _note_marker_epoch(self, offsets_partition: int, producer_id: int, producer_epoch: int) -> None:
+        key = (int(offsets_partition), int(producer_id))
+        current = self._txn_producer_epochs.get(key)
+        if current is None or int(producer_epoch) > current:
+            self._txn_producer_epochs[key] = int(producer_epoch)
+
+    def has_ongoing_transaction(self, group_id: str, producer_id: int, producer_epoch: int) -> bool:
+        """Has this producer (same epoch) already written transactional offsets to the
+        group's offsets partition in its open transaction? Kafka then skips the
+        transaction verification of a further TxnOffsetCommit."""
+        partition = self.offsets_partition_for(group_id)
+        if self._txn_producer_epochs.get((partition, int(producer_id))) != int(producer_epoch):
+            return False
+        return any(
+            self.offsets_partition_for(g) == partition and int(producer_id) in self.offsets.open_transactions(g)
+            for g in self.offsets.groups_with_open_transactions()
+        )
+
+    def pending_transactional_offsets(self, group_id: str, producer_id: int) -> dict[str, dict[int, int]]:
+        """topic -> partition -> pending offset of one producer's open transaction (a copy)."""
+        return {
+            topic: {p: v.committed_offset for p, v in partitions.items()}
+            for topic, partitions in self.offsets.pending_offsets(group_id, producer_id).items()
+        }
+
+    def open_transactions(self, group_id: str) -> frozenset[int]:
+        """Producer ids whose open transaction committed offsets for the group."""
+        return self.offsets.open_transactions(group_id)
+
     def on_topic_deleted(self, topic: str) -> None:
         self.offsets.delete_topic(topic)
 
@@ -883,7 +1015,9 @@ class GroupCoordinator:
         """Expire old offsets; delete Empty groups left without offsets."""
         for group_id, group in list(self.groups.items()):
             if self._cleanup_expired_offsets(group, now_ms) and group.is_in(GroupState.EMPTY):
-                self._delete_group(group_id, now_ms)
+                # Only the group record is tombstoned here (its committed offsets already
+                # expired); pending transactional offsets survive, as in Kafka.
+                self._delete_group(group_id, now_ms, delete_offsets=False)
 
     def _cleanup_expired_offsets(self, group: ClassicGroup, now: int) -> bool:
         group_id = group.group_id
@@ -974,9 +1108,10 @@ class GroupCoordinator:
                 results.append((group_id, ErrorCode.none))
         return results
 
-    def _delete_group(self, group_id: str, now: int) -> None:
+    def _delete_group(self, group_id: str, now: int, *, delete_offsets: bool = True) -> None:
         group = self.groups.pop(group_id, None)
-        self.offsets.delete_group(group_id)
+        if delete_offsets:
+            self.offsets.delete_group(group_id)  # committed and pending (offset tombstones)
         if group is not None:
             for member_id in list(group.members):
                 self._drop_member(group, member_id)
@@ -1004,6 +1139,20 @@ def _inconsistent(requested: str | None, current: str | None) -> bool:
     return requested is not None and current is not None and requested != current
 
 
+def _java_string_hash(value: str) -> int:
+    """java.lang.String.hashCode over UTF-16 code units, as a signed 32-bit int."""
+    h = 0
+    data = value.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def _java_abs(n: int) -> int:
+    """Kafka's Utils.abs: Integer.MIN_VALUE maps to 0."""
+    return 0 if n == -(1 << 31) else abs(n)
+
+
 def _parse_group_type(name: str) -> str:
     lowered = name.strip().lower()
     return lowered if lowered in KNOWN_GROUP_TYPES else "unknown"
@@ -1020,6 +1169,7 @@ __all__ = [
     "MemberIdentity",
     "MemberLeaveResult",
     "NO_RESPONSE",
+    "OFFSETS_TOPIC",
     "OffsetCommitEntry",
     "OffsetFetchResult",
     "PartitionOffset",

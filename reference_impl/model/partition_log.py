@@ -7,12 +7,15 @@ max timestamp, keep the producer's bytes otherwise).
 
 Seams for later work (kept deliberately small and explicit):
 
-* transactions - `producer_state` (a `ProducerStateTracker`) validates and records
-  batches that carry a producer id; `UntrackedProducers` (the default) answers as a
-  broker with no producer state does. Transactional batches open an entry in
-  `ongoing_transactions`; `append_marker` closes it (and indexes aborted ones), so
-  `last_stable_offset` and `aborted_transactions()` already behave like Kafka's
-  once something writes transactional data and markers.
+* transactions - `producer_state` (a `ProducerStateTracker`, e.g.
+  `producer_state.ProducerStateManager`) validates and records batches that carry a
+  producer id; `UntrackedProducers` (the default) answers as a broker with no producer
+  state does. A client batch the tracker recognises as a retry (`DuplicateBatch`) is
+  answered with the offsets it got the first time and not appended again. Transactional
+  batches open an entry in `ongoing_transactions` (the one record of open transactions;
+  the tracker reads it); `append_marker` validates the marker with the tracker, closes
+  the entry (and indexes aborted ones) and tells the tracker (`on_marker`), so
+  `last_stable_offset` and `aborted_transactions()` behave like Kafka's.
 * share groups - `batches_from()`, `StoredBatch.record_offsets` and
   `offset_for_timestamp()` give record-level access without touching the bytes;
   `log_start_offset` moves only through `delete_records()`.
@@ -72,6 +75,25 @@ class LogError(Exception):
 
 class OffsetOutOfRangeError(LogError):
     error_code = ErrorCode.offset_out_of_range
+
+
+class DuplicateBatch(Exception):
+    """Raised by a producer-state tracker for a retry of a recently appended batch.
+
+    Carries what Kafka answers for it: the offsets assigned the first time and, as
+    `log_append_time`, the timestamp Kafka cached for the original batch (its max
+    timestamp; Kafka puts that in the duplicate's response whatever the topic's
+    timestamp type). Also importable as `producer_state.DuplicateBatch`.
+    """
+
+    def __init__(
+        self, base_offset: int, last_offset: int, log_append_time: int, *, max_timestamp: int | None = None
+    ) -> None:
+        super().__init__(f"duplicate of the batch at offsets {base_offset}..{last_offset}")
+        self.base_offset = base_offset
+        self.last_offset = last_offset
+        self.log_append_time = log_append_time
+        self.max_timestamp = log_append_time if max_timestamp is None else max_timestamp
 
 
 @dataclass(slots=True)
@@ -181,13 +203,22 @@ class TimestampAndOffset:
 
 
 class ProducerStateTracker(Protocol):
-    """Seam for idempotence/transactions: called for every batch with a producer id."""
+    """Seam for idempotence/transactions: called for every batch with a producer id.
+
+    Optional methods, used when a tracker has them: `attach(log)` (from the log's
+    constructor), `validate_marker(log, producer_id, producer_epoch, coordinator_epoch,
+    transaction_version)` (before a marker is written; raises LogError),
+    `on_marker(producer_id, producer_epoch, committed, coordinator_epoch, timestamp_ms=)`
+    (after a marker is stored) and `tick(now_ms)` (timers).
+    """
 
     def validate(self, log: "PartitionLog", header: BatchHeader, now_ms: int) -> None:
-        """Raise LogError (e.g. OUT_OF_ORDER_SEQUENCE_NUMBER) to reject the batch."""
+        """Raise LogError (e.g. OUT_OF_ORDER_SEQUENCE_NUMBER) to reject the batch, or
+        DuplicateBatch for a retry of a batch already appended."""
 
     def on_append(self, log: "PartitionLog", batch: StoredBatch, now_ms: int) -> None:
-        """Record the appended batch (sequence numbers, ongoing transaction, ...)."""
+        """Record the appended data batch (sequence numbers, epoch, ...); not called for
+        control batches (see on_marker)."""
 
 
 class UntrackedProducers:
@@ -225,7 +256,9 @@ class PartitionLog:
         self.partition = partition
         self.config = config or LogConfig()
         self.leader_epoch = leader_epoch  # current epoch of the partition's leader
-        self.producer_state: ProducerStateTracker = producer_state or UntrackedProducers()
+        self.producer_state: ProducerStateTracker = (
+            producer_state if producer_state is not None else UntrackedProducers()
+        )
         self._batches: list[StoredBatch] = []
         self._last_offsets: list[int] = []  # parallel to _batches, for bisect
         self._log_start_offset = 0
@@ -237,6 +270,9 @@ class PartitionLog:
         self._aborted: list[AbortedTransaction] = []
         # Bumped on every change; waiters compare it.
         self.version = 0
+        attach = getattr(self.producer_state, "attach", None)
+        if attach is not None:
+            attach(self)
 
     # -- offsets ---------------------------------------------------------------------
 
@@ -295,7 +331,8 @@ class PartitionLog:
         """Validate one client batch and append it (the leader path of a Produce).
 
         Raises RecordBatchError (CORRUPT_MESSAGE, INVALID_RECORD, INVALID_TIMESTAMP,
-        MESSAGE_TOO_LARGE) or LogError from the producer-state seam.
+        MESSAGE_TOO_LARGE) or LogError from the producer-state seam. A batch the seam
+        recognises as a retry is not appended: the result carries the original offsets.
         """
         if len(batch) < rec.HEADER_SIZE_UP_TO_MAGIC or rec.magic_of(batch) != rec.MAGIC_V2:
             raise InvalidRecordError("only magic v2 record batches can be appended")
@@ -322,7 +359,17 @@ class PartitionLog:
         records = rec.decode_records(batch, header)
         self._validate_records(header, records, now_ms)
         if header.has_producer_id:
-            self.producer_state.validate(self, header, now_ms)
+            try:
+                self.producer_state.validate(self, header, now_ms)
+            except DuplicateBatch as dup:
+                return AppendResult(
+                    base_offset=dup.base_offset,
+                    last_offset=dup.last_offset,
+                    log_append_time=dup.log_append_time,
+                    log_start_offset=self._log_start_offset,
+                    max_timestamp=dup.max_timestamp,
+                    record_count=dup.last_offset - dup.base_offset + 1,
+                )
 
         target = self.config.target_compression(source)
         consecutive = all(r.offset_delta == i for i, r in enumerate(records))
@@ -401,8 +448,17 @@ class PartitionLog:
         producer_epoch: int,
         coordinator_epoch: int,
         now_ms: int,
+        transaction_version: int | None = None,
     ) -> StoredBatch:
-        """Write a COMMIT/ABORT marker for `producer_id` (transactions seam)."""
+        """Write a COMMIT/ABORT marker for `producer_id` (transactions seam).
+
+        The producer-state tracker may refuse it first (LogError: INVALID_PRODUCER_EPOCH
+        for an older epoch, TRANSACTION_COORDINATOR_FENCED for an older coordinator
+        epoch); `transaction_version` >= 2 applies KIP-1228's stricter epoch check.
+        """
+        check = getattr(self.producer_state, "validate_marker", None)
+        if check is not None:
+            check(self, producer_id, producer_epoch, coordinator_epoch, transaction_version)
         data = rec.build_control_batch(
             control_type,
             producer_id=producer_id,
@@ -432,26 +488,49 @@ class PartitionLog:
         self._batches.append(stored)
         self._last_offsets.append(stored.last_offset)
         self._log_end_offset = stored.next_offset
-        self._track_transactions(stored)
+        marker = self._track_transactions(stored)
         if header.has_producer_id:
-            self.producer_state.on_append(self, stored, now_ms)
+            if not header.is_control:
+                self.producer_state.on_append(self, stored, now_ms)
+            elif marker is not None:
+                on_marker = getattr(self.producer_state, "on_marker", None)
+                if on_marker is not None:
+                    ctype, coordinator_epoch = marker
+                    on_marker(
+                        header.producer_id,
+                        header.producer_epoch,
+                        ctype is ControlType.COMMIT,
+                        coordinator_epoch,
+                        timestamp_ms=stored.record_timestamps[0] if stored.record_timestamps else now_ms,
+                    )
         self.version += 1
         return stored
 
-    def _track_transactions(self, stored: StoredBatch) -> None:
+    def _track_transactions(self, stored: StoredBatch) -> tuple[ControlType, int] | None:
+        """Open/close `ongoing_transactions`; returns (type, coordinator epoch) of a marker."""
         header = stored.header
         if not header.is_transactional:
-            return
+            return None
         pid = header.producer_id
         if not header.is_control:
             self.ongoing_transactions.setdefault(pid, stored.base_offset)
-            return
+            return None
         first = self.ongoing_transactions.pop(pid, None)
         records = stored.decode()
-        if records:
-            ctype, _ = rec.parse_control_record(records[0])
-            if ctype is ControlType.ABORT and first is not None:
-                self._aborted.append(AbortedTransaction(pid, first, stored.base_offset))
+        if not records:
+            return None
+        ctype, coordinator_epoch = rec.parse_control_record(records[0])
+        if ctype is ControlType.ABORT and first is not None:
+            self._aborted.append(AbortedTransaction(pid, first, stored.base_offset))
+        return ctype, coordinator_epoch
+
+    # -- timers ----------------------------------------------------------------------
+
+    def tick(self, now_ms: int) -> None:
+        """Timers of the log's producer state (producer id expiration)."""
+        tick = getattr(self.producer_state, "tick", None)
+        if tick is not None:
+            tick(now_ms)
 
     # -- reading ---------------------------------------------------------------------
 
@@ -600,6 +679,7 @@ class PartitionLog:
 __all__ = [
     "AbortedTransaction",
     "AppendResult",
+    "DuplicateBatch",
     "EARLIEST_LOCAL_TIMESTAMP",
     "EARLIEST_TIMESTAMP",
     "IsolationLevel",

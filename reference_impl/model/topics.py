@@ -392,6 +392,9 @@ class TopicRegistry:
     def tick(self, now_ms: int) -> None:
         for cache in self.fetch_sessions.values():
             cache.tick(now_ms)
+        for topic in self._by_name.values():
+            for partition in topic.partitions:
+                partition.log.tick(now_ms)  # producer id expiration
 
     # -- lookup ------------------------------------------------------------------------
 

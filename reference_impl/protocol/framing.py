@@ -160,14 +160,16 @@ def decode_request(frame: bytes, *, strict: bool = True) -> DecodedRequest:
     header = decode_request_header(frame)
     cls = request_schema(header.api_key, header.api_version)
     try:
+        walked = check_collection_sizes(cls, frame, header.header_size)
         body, size = decode_entity(cls, frame, header.header_size)
+        if walked is None:
+            check_non_nullable(body)
     except Exception as exc:
         raise PayloadDecodeError(
             f"{cls.__name__} v{header.api_version} body does not parse: {exc}"
         ) from exc
-    check_non_nullable(body)
     if strict and header.header_size + size != len(frame):
-        # Kafka rejects requests with trailing garbage rather than ignoring it.
+        # Strict decoding (tests, tools) rejects leftovers; the broker passes strict=False.
         raise PayloadDecodeError(
             f"{len(frame) - header.header_size - size} unexpected bytes after "
             f"{cls.__name__} v{header.api_version}"
@@ -175,27 +177,186 @@ def decode_request(frame: bytes, *, strict: bool = True) -> DecodedRequest:
     return DecodedRequest(header, body, frame)
 
 
+# --- request body checks kio does not make ---------------------------------------
+#
+# Kafka's generated parsers refuse (and so close the connection on):
+#   * an array, string or bytes length larger than the bytes that remain ("Tried to
+#     allocate a collection of size N, but there are only M bytes remaining."); kio's
+#     native reader instead preallocates arrays from the untrusted length, and a forged
+#     5-byte varint makes the whole process abort on a failed multi-GiB allocation;
+#   * null (length -1) in a non-nullable array ("non-nullable field X was serialized as
+#     null"); kio hands None to the handler. (kio checks null strings and bytes itself.)
+# check_collection_sizes walks the body once, before kio reads it, with a per-schema
+# program in which runs of fixed-size fields are merged into one skip.
+
+_FIXED_SIZES = {
+    "int8": 1, "uint8": 1, "bool": 1, "int16": 2, "uint16": 2, "error_code": 2, "int32": 4, "uint32": 4,
+    "timedelta_i32": 4, "int64": 8, "uint64": 8, "float64": 8, "timedelta_i64": 8, "datetime_i64": 8, "uuid": 16,
+}
+_LENGTH_PREFIXED = {"string": 2, "bytes": 4, "records": 4}  # legacy (non-compact) length width
+_SKIP, _VAR, _ARRAY, _STRUCT, _TAGS = range(5)
+
+
+class _Unguardable(Exception):
+    """The schema has a shape the walk does not model; kio alone decides."""
+
+
+def _field_shape(f: dataclasses.Field) -> tuple[Any, bool, bool, type | None]:
+    """(annotation without None, nullable, is_array, nested entity class or None)."""
+    tp, nullable = f.type, False
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        args = typing.get_args(tp)
+        nullable = type(None) in args
+        rest = [a for a in args if a is not type(None)]
+        tp = rest[0] if len(rest) == 1 else tp
+    is_array = typing.get_origin(tp) is tuple
+    inner = typing.get_args(tp)[0] if is_array else tp
+    nested = inner if isinstance(inner, type) and dataclasses.is_dataclass(inner) else None
+    return tp, nullable, is_array, nested
+
+
+@lru_cache(maxsize=None)
+def _program(cls: type, flexible: bool) -> tuple[tuple, ...]:
+    ops: list[tuple] = []
+    fixed = 0
+    for f in dataclasses.fields(cls):
+        if "tag" in f.metadata:
+            continue  # lives in the tagged-fields section
+        _, nullable, is_array, nested = _field_shape(f)
+        kind = f.metadata.get("kafka_type")
+        if nested is None and kind not in _FIXED_SIZES and kind not in _LENGTH_PREFIXED:
+            raise _Unguardable(f"{cls.__name__}.{f.name}: kafka_type {kind!r}")
+        if nested is None and not is_array and kind in _FIXED_SIZES:
+            fixed += _FIXED_SIZES[kind]
+            continue
+        if fixed:
+            ops.append((_SKIP, fixed))
+            fixed = 0
+        if is_array:
+            if nested is not None:
+                element: Any = _program(nested, flexible)
+            elif kind in _FIXED_SIZES:
+                element = _FIXED_SIZES[kind]
+            else:
+                element = (_VAR, _LENGTH_PREFIXED[kind])
+            ops.append((_ARRAY, f.name, nullable, element))
+        elif nested is not None:
+            if nullable:
+                raise _Unguardable(f"{cls.__name__}.{f.name}: nullable struct")
+            ops.append((_STRUCT, _program(nested, flexible)))
+        else:
+            ops.append((_VAR, _LENGTH_PREFIXED[kind]))
+    if fixed:
+        ops.append((_SKIP, fixed))
+    if flexible:
+        ops.append((_TAGS,))
+    return tuple(ops)
+
+
+def check_collection_sizes(cls: type, data: bytes | memoryview, offset: int) -> int | None:
+    """Walk a request body as Kafka's parsers do, before kio reads it (see above); raise
+    PayloadDecodeError where Kafka's parser would throw. Returns the end offset, or None
+    when the schema has a shape this walk does not model (then decode_request runs the
+    null check on the decoded body instead)."""
+    flexible = bool(getattr(cls, "__flexible__", False))
+    try:
+        program = _program(cls, flexible)
+    except _Unguardable:
+        return None
+    return _run(program, data, offset, len(data), flexible)
+
+
+def _run(program: tuple[tuple, ...], data: bytes | memoryview, pos: int, end: int, flexible: bool) -> int:
+    for op in program:
+        code = op[0]
+        if code == _SKIP:
+            pos += op[1]
+            if pos > end:
+                raise PayloadDecodeError("Buffer is exhausted")
+        elif code == _VAR:
+            if flexible:
+                n, pos = _uvarint(data, pos, end)
+                n -= 1
+            else:
+                n, pos = _int(data, pos, end, op[1])
+            if n > 0:
+                _room(pos, end, n, "field")
+                pos += n
+        elif code == _ARRAY:
+            if flexible:
+                n, pos = _uvarint(data, pos, end)
+                n -= 1
+            else:
+                n, pos = _int(data, pos, end, 4)
+            if n < 0:
+                if not op[2]:
+                    raise PayloadDecodeError(f"non-nullable field {op[1]} was serialized as null")
+                continue
+            _room(pos, end, n, "collection")
+            element = op[3]
+            if type(element) is int:
+                pos += n * element
+                if pos > end:
+                    raise PayloadDecodeError("Buffer is exhausted")
+            elif element and element[0] == _VAR:
+                for _ in range(n):
+                    pos = _run((element,), data, pos, end, flexible)
+            else:
+                for _ in range(n):
+                    pos = _run(element, data, pos, end, flexible)
+        elif code == _STRUCT:
+            pos = _run(op[1], data, pos, end, flexible)
+        else:  # _TAGS: count, then (tag, size, bytes) each
+            count, pos = _uvarint(data, pos, end)
+            _room(pos, end, count, "collection")
+            for _ in range(count):
+                _, pos = _uvarint(data, pos, end)
+                size, pos = _uvarint(data, pos, end)
+                _room(pos, end, size, "tagged field")
+                pos += size
+    return pos
+
+
+def _room(pos: int, end: int, n: int, what: str) -> None:
+    if n > end - pos:
+        raise PayloadDecodeError(
+            f"Tried to allocate a {what} of size {n}, but there are only {max(end - pos, 0)} bytes remaining."
+        )
+
+
+def _int(data: bytes | memoryview, pos: int, end: int, width: int) -> tuple[int, int]:
+    if pos + width > end:
+        raise PayloadDecodeError("Buffer is exhausted")
+    return int.from_bytes(data[pos : pos + width], "big", signed=True), pos + width
+
+
+def _uvarint(data: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
+    if pos < end and data[pos] < 0x80:  # one byte: the common case
+        return data[pos], pos + 1
+    value = shift = 0
+    for _ in range(5):  # Kafka reads at most 5 bytes ("Varint is too long")
+        if pos >= end:
+            raise PayloadDecodeError("Buffer is exhausted")
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+    raise PayloadDecodeError("Varint is too long, the most significant bit in the 5th byte is set")
+
+
 @lru_cache(maxsize=None)
 def _nullability(cls: type) -> tuple[tuple[str, bool, type | None], ...]:
-    """(field, nullable, nested entity class or None) for each field of a kio entity."""
     out = []
     for f in dataclasses.fields(cls):
-        tp, nullable = f.type, False
-        if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
-            args = typing.get_args(tp)
-            nullable = type(None) in args
-            rest = [a for a in args if a is not type(None)]
-            tp = rest[0] if len(rest) == 1 else tp
-        inner = typing.get_args(tp)[0] if typing.get_origin(tp) is tuple else tp
-        nested = inner if isinstance(inner, type) and dataclasses.is_dataclass(inner) else None
+        _, nullable, _, nested = _field_shape(f)
         out.append((f.name, nullable, nested))
     return tuple(out)
 
 
 def check_non_nullable(entity: Any, path: str = "") -> None:
-    """Kafka's generated parsers reject null (length -1) in a non-nullable array or
-    struct ("non-nullable field X was serialized as null"); kio reads such an array as
-    None, so the check is made here. Strings and bytes are already checked by kio."""
+    """The null-array check on a decoded entity, for schemas the walk does not model."""
     for name, nullable, nested in _nullability(type(entity)):
         value = getattr(entity, name)
         if value is None:

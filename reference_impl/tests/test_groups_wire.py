@@ -26,12 +26,6 @@ SESSION = datetime.timedelta(milliseconds=10_000)
 REBALANCE = datetime.timedelta(milliseconds=10_000)
 
 
-@pytest.fixture(scope="module")
-def three_node_client():
-    with ThreadedReferenceCluster(brokers=3) as c, ClusterClient(c.bootstrap_servers) as cc:
-        yield cc
-
-
 @pytest.fixture(scope="module", params=[1, 3], ids=["brokers=1", "brokers=3"])
 def cluster(request):
     with ThreadedReferenceCluster(brokers=request.param) as c:
@@ -253,8 +247,8 @@ def test_leave_group_v0_single_member(client):
     assert coord.request(13, 1, group_id=group, member_id=r.member_id).error_code == ErrorCode.none
 
 
-def test_requests_to_other_node_get_not_coordinator(three_node_client):
-    client = three_node_client
+def test_requests_to_other_node_get_not_coordinator(client3):
+    client = client3
     group = unique("g")
     other = non_coordinator(client, group)
     assert join(other, group).error_code == ErrorCode.not_coordinator

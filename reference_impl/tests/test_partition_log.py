@@ -10,6 +10,7 @@ from reference_impl.model.partition_log import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     MAX_TIMESTAMP,
+    DuplicateBatch,
     IsolationLevel,
     LogConfig,
     LogError,
@@ -244,3 +245,71 @@ def test_delete_records_moves_log_start() -> None:
     assert log.delete_records(-1) == 6
     assert log.batches == () and log.log_end_offset == 6
     assert log.read(6, 100).records == b""
+
+
+def test_duplicate_from_the_seam_answers_original_offsets() -> None:
+    class Tracker:
+        def validate(self, log, header, now_ms):
+            if header.base_sequence == 0 and log.log_end_offset > 0:
+                raise DuplicateBatch(0, 1, 1234)
+
+        def on_append(self, log, stored, now_ms):
+            pass
+
+    log = PartitionLog("t", 0, producer_state=Tracker())
+    data = r.build_batch([b"a", b"b"], producer_id=7, producer_epoch=0, base_sequence=0)
+    first = log.append_from_client(data, now_ms=NOW)
+    again = log.append_from_client(data, now_ms=NOW)
+    assert (first.base_offset, first.last_offset) == (again.base_offset, again.last_offset) == (0, 1)
+    assert again.log_append_time == 1234 and again.record_count == 2 and again.log_start_offset == 0
+    assert log.log_end_offset == 2 and len(log.batches) == 1
+
+
+def test_marker_seam_attach_validate_on_marker_and_tick() -> None:
+    calls = []
+
+    class Tracker:
+        def attach(self, log):
+            calls.append(("attach", log.name))
+
+        def validate(self, log, header, now_ms):
+            pass
+
+        def on_append(self, log, stored, now_ms):
+            calls.append(("append", stored.base_offset, stored.is_control))
+
+        def validate_marker(self, log, producer_id, producer_epoch, coordinator_epoch, transaction_version):
+            calls.append(("validate_marker", producer_id, producer_epoch, coordinator_epoch, transaction_version))
+            if producer_epoch < 0:
+                raise LogError("stale", ErrorCode.invalid_producer_epoch)
+
+        def on_marker(self, producer_id, producer_epoch, committed, coordinator_epoch, *, timestamp_ms=None):
+            calls.append(("on_marker", producer_id, producer_epoch, committed, coordinator_epoch, timestamp_ms))
+
+        def tick(self, now_ms):
+            calls.append(("tick", now_ms))
+
+    log = PartitionLog("t", 3, producer_state=Tracker())
+    log.append_stored(r.build_batch([b"x"], producer_id=5, producer_epoch=1, base_sequence=0, transactional=True), now_ms=NOW)
+    log.append_marker(r.ControlType.COMMIT, producer_id=5, producer_epoch=2, coordinator_epoch=4, now_ms=NOW + 1,
+                      transaction_version=2)
+    with pytest.raises(LogError) as exc:
+        log.append_marker(r.ControlType.ABORT, producer_id=5, producer_epoch=-5, coordinator_epoch=4, now_ms=NOW)
+    assert exc.value.error_code == ErrorCode.invalid_producer_epoch
+    assert log.log_end_offset == 2  # the refused marker was not written
+    log.tick(NOW + 2)
+    assert calls == [
+        ("attach", "t-3"),
+        ("append", 0, False),  # control batches do not reach on_append
+        ("validate_marker", 5, 2, 4, 2),
+        ("on_marker", 5, 2, True, 4, NOW + 1),
+        ("validate_marker", 5, -5, 4, None),
+        ("tick", NOW + 2),
+    ]
+
+
+def test_untracked_producers_accept_markers_and_ticks() -> None:
+    log = PartitionLog("t", 0)
+    log.append_marker(r.ControlType.COMMIT, producer_id=5, producer_epoch=0, coordinator_epoch=0, now_ms=NOW)
+    log.tick(NOW)
+    assert log.log_end_offset == 1 and log.ongoing_transactions == {}

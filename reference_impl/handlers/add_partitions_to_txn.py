@@ -1,0 +1,102 @@
+"""AddPartitionsToTxn (key 24), v0-v5.
+
+v0-v3 come from clients: one transaction; partitions of unknown topics are
+UNKNOWN_TOPIC_OR_PARTITION and internal topics TOPIC_AUTHORIZATION_FAILED (Kafka's
+write authorization never covers them for clients), and then every other partition is
+OPERATION_NOT_ATTEMPTED; otherwise the coordinator's single answer is given to every
+partition (NOT_COORDINATOR on another node; PRODUCER_FENCED as INVALID_PRODUCER_EPOCH
+before v2).
+
+v4+ come from brokers (KIP-890): batches of transactions, each either VerifyOnly
+(per partition NONE, or TRANSACTION_ABORTABLE when the partition is not part of the
+transaction) or an add. An add through v4+ is the implicit add of a TV2 producer
+(recorded as transaction version 2, as Kafka does). Internal topics are allowed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from reference_impl.handlers._group_common import NO_THROTTLE, is_coordinator
+from reference_impl.handlers.init_producer_id import legacy_fencing, transactions
+from reference_impl.handlers.registry import RequestContext, handles
+from reference_impl.model.topics import is_internal
+
+API_KEY = 24
+
+
+def _requested(topics: Any) -> list[tuple[str, int]]:
+    out: list[tuple[str, int]] = []
+    for t in topics:
+        for p in t.partitions:
+            if (t.name, int(p)) not in out:
+                out.append((t.name, int(p)))
+    return out
+
+
+def _transaction_result(
+    ctx: RequestContext, tid: str, pid: int, epoch: int, partitions: list[tuple[str, int]],
+    *, verify_only: bool, client: bool,
+) -> dict[tuple[str, int], ErrorCode]:
+    registry = ctx.state.topics
+    failed: dict[tuple[str, int], ErrorCode] = {}
+    good: list[tuple[str, int]] = []
+    for tp in partitions:
+        if client and is_internal(tp[0]):
+            failed[tp] = ErrorCode.topic_authorization_failed
+        elif registry.partition(tp[0], tp[1]) is None:
+            failed[tp] = ErrorCode.unknown_topic_or_partition
+        else:
+            good.append(tp)
+    if failed:
+        # Any failed check fails the whole transaction; the rest was not attempted.
+        return {tp: failed.get(tp, ErrorCode.operation_not_attempted) for tp in partitions}
+    tc = transactions(ctx)
+    if tc is None:
+        return {tp: ErrorCode.coordinator_not_available for tp in partitions}
+    if not tid:
+        return {tp: ErrorCode.invalid_request for tp in partitions}
+    if not is_coordinator(ctx, tid):
+        return {tp: ErrorCode.not_coordinator for tp in partitions}
+    if verify_only:
+        return tc.verify_partitions(tid, pid, epoch, good)
+    # Kafka's transactionVersionForAddPartitionsToTxn: v4+ (broker-sent) adds are TV2.
+    tv = 2 if ctx.api_version >= 4 else 0
+    error = tc.add_partitions(tid, pid, epoch, good, client_transaction_version=tv, now_ms=ctx.now_ms)
+    error = legacy_fencing(error, ctx.api_version, 2)
+    return {tp: error for tp in partitions}
+
+
+def _topic_results(ctx: RequestContext, results: dict[tuple[str, int], ErrorCode]) -> tuple:
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, partition), error in results.items():
+        by_topic.setdefault(topic, []).append(
+            ctx.nested("AddPartitionsToTxnPartitionResult", partition_index=partition, partition_error_code=error)
+        )
+    return tuple(
+        ctx.nested("AddPartitionsToTxnTopicResult", name=topic, results_by_partition=tuple(parts))
+        for topic, parts in by_topic.items()
+    )
+
+
+@handles(API_KEY, 0, 5)
+def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
+    if ctx.api_version < 4:
+        results = _transaction_result(
+            ctx, request.v3_and_below_transactional_id, int(request.v3_and_below_producer_id),
+            int(request.v3_and_below_producer_epoch), _requested(request.v3_and_below_topics),
+            verify_only=False, client=True,
+        )
+        return ctx.response(throttle_time=NO_THROTTLE, results_by_topic_v3_and_below=_topic_results(ctx, results))
+    out = []
+    for txn in request.transactions:
+        results = _transaction_result(
+            ctx, txn.transactional_id, int(txn.producer_id), int(txn.producer_epoch), _requested(txn.topics),
+            verify_only=bool(txn.verify_only), client=False,
+        )
+        out.append(ctx.nested(
+            "AddPartitionsToTxnResult", transactional_id=txn.transactional_id, topic_results=_topic_results(ctx, results)
+        ))
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, results_by_transaction=tuple(out))

@@ -1,0 +1,67 @@
+"""WriteTxnMarkers (key 27), v1-v2 (Kafka 4 removed v0).
+
+Sent by a transaction coordinator to partition leaders; accepted from anyone (the
+reference has no ACLs). Each marker appends one COMMIT/ABORT control batch per listed
+partition to the local partition log: UNKNOWN_TOPIC_OR_PARTITION for partitions that
+do not exist (the reference has no `__consumer_offsets` topic, so offsets partitions
+are unknown here), NOT_LEADER_OR_FOLLOWER on a node that does not lead the partition,
+or the producer-state error the log raises. Results are grouped per producer id.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from reference_impl.handlers.registry import RequestContext, handles
+from reference_impl.model.partition_log import LogError
+from reference_impl.protocol import payloads
+from reference_impl.protocol.records import ControlType
+
+API_KEY = 27
+
+
+@handles(API_KEY, 1, 2)
+def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
+    registry = ctx.state.topics
+    now = ctx.now_ms
+    # producer id -> topic -> [(partition, error)]
+    results: dict[int, dict[str, list[tuple[int, ErrorCode]]]] = {}
+    for marker in request.markers:
+        pid = int(marker.producer_id)
+        control = ControlType.COMMIT if marker.transaction_result else ControlType.ABORT
+        per_topic = results.setdefault(pid, {})
+        for topic in marker.topics:
+            for index in topic.partition_indexes:
+                part = registry.partition(topic.name, int(index))
+                if part is None:
+                    error = ErrorCode.unknown_topic_or_partition
+                elif part.leader != ctx.node_id:
+                    error = ErrorCode.not_leader_or_follower
+                else:
+                    try:
+                        part.log.append_marker(
+                            control, producer_id=pid, producer_epoch=int(marker.producer_epoch),
+                            coordinator_epoch=int(marker.coordinator_epoch), now_ms=now,
+                            transaction_version=int(payloads.get(marker, "transaction_version", 0)),
+                        )
+                        error = ErrorCode.none
+                    except LogError as exc:
+                        error = exc.error_code
+                per_topic.setdefault(topic.name, []).append((int(index), error))
+    return ctx.response(markers=tuple(
+        ctx.nested(
+            "WritableTxnMarkerResult", producer_id=pid,
+            topics=tuple(
+                ctx.nested(
+                    "WritableTxnMarkerTopicResult", name=name,
+                    partitions=tuple(
+                        ctx.nested("WritableTxnMarkerPartitionResult", partition_index=i, error_code=e) for i, e in parts
+                    ),
+                )
+                for name, parts in topics.items()
+            ),
+        )
+        for pid, topics in results.items()
+    ))

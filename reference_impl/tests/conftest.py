@@ -1,0 +1,22 @@
+"""Shared fixtures for the reference broker's wire tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from reference_impl.client.raw_client import ClusterClient
+from reference_impl.server.broker_server import ThreadedReferenceCluster
+
+
+@pytest.fixture(scope="module")
+def cluster3():
+    """A 3-node reference cluster, for checks that need a node that is not the
+    partition leader or the group coordinator."""
+    with ThreadedReferenceCluster(brokers=3) as c:
+        yield c
+
+
+@pytest.fixture()
+def client3(cluster3):
+    with ClusterClient(cluster3.bootstrap_servers) as cc:
+        yield cc
