@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 from dataclasses import dataclass
 
 import pytest
@@ -67,12 +68,23 @@ def acked(target, unique) -> Acked:
                     [records.NewRecord(key=b"k%d" % j, value=b"acked-%d" % j) for j in range(i * 4, i * 4 + 4)],
                     timestamp_ms=1_700_000_000_000 + i,
                 )
-                resp = wire_ops.produce(leader, topic, 0, batch, acks=-1)
+                resp = _produce_retrying(leader, topic, batch)
                 assert resp.error_code == 0, f"setup produce failed: {resp.error_code!r}"
                 bases.append(int(resp.base_offset))
             part = wire_ops.fetch(cc, leader, topic, 0, 0)
         _ACKED[target.name] = Acked(topic, bytes(part.records or b""), int(part.high_watermark), bases)
     return _ACKED[target.name]
+
+
+def _produce_retrying(leader: RawClient, topic: str, batch: bytes, timeout: float = 15.0):
+    """acks=-1 produce; retried while a just-created partition is still settling
+    (LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        resp = wire_ops.produce(leader, topic, 0, batch, acks=-1)
+        if int(resp.error_code) not in (3, 5, 6) or time.monotonic() >= deadline:
+            return resp
+        time.sleep(0.2)
 
 
 def _assert_acked_intact(target, acked: Acked) -> None:
