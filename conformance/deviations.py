@@ -7,7 +7,7 @@ checks, say). Each entry turns the matching test into a strict expected failure:
 verdict stays "fail" for that requirement and target in the report, CI stays green,
 and when the target is fixed the strict xpass turns CI red until the entry is removed.
 
-``conformance/deviations.yaml``::
+``conformance/deviations/*.yaml`` (one file per suite; ids unique across files)::
 
     deviations:
       - id: DEV-001
@@ -32,7 +32,7 @@ from packaging.version import InvalidVersion, Version
 
 from conformance.catalog import Catalog, parse_constraint
 
-DEFAULT_DEVIATIONS = Path(__file__).resolve().parent / "deviations.yaml"
+DEFAULT_DEVIATIONS = Path(__file__).resolve().parent / "deviations"
 _DEV_ID = re.compile(r"^DEV-\d{3,}$")
 _FIELDS = ("id", "target", "test", "requirement", "observed", "evidence")
 _OPTIONAL = {"versions"}
@@ -119,9 +119,17 @@ def parse_deviations(data: Any, name: str = "deviations.yaml", catalog: Catalog 
 
 
 def load_deviations(path: Path | str | None = None, catalog: Catalog | None = None) -> list[Deviation]:
+    """Load one register file, or every *.yaml file of a register directory."""
     path = Path(path) if path else DEFAULT_DEVIATIONS
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise DeviationError([f"{path}: cannot read: {exc}"]) from exc
-    return parse_deviations(data, path.name, catalog)
+    files = sorted(path.glob("*.yaml")) if path.is_dir() else [path]
+    entries: list[Deviation] = []
+    for file in files:
+        try:
+            data = yaml.safe_load(file.read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise DeviationError([f"{file}: cannot read: {exc}"]) from exc
+        entries += parse_deviations(data, file.name, catalog)
+    dupes = sorted({d.id for d in entries if sum(e.id == d.id for e in entries) > 1})
+    if dupes:
+        raise DeviationError([f"{path}: duplicate ids across files: {', '.join(dupes)}"])
+    return entries

@@ -6,7 +6,7 @@ Inputs:
   * target descriptions: ``<out>/results/targets-<worker>.json`` (merged over workers);
   * the requirement catalog (``conformance/catalog/*.yaml``);
   * the divergence register (``conformance/divergences.yaml``);
-  * the deviation register (``conformance/deviations.yaml``): known failures of named
+  * the deviation register (``conformance/deviations/``): known failures of named
     targets; a result row whose reason names a DEV id is linked to its entry, and its
     verdict stays "fail" (a known deviation is still non-compliance);
   * optional run metadata written by ``kipcheck certify`` (``<out>/run.json``).
@@ -323,7 +323,7 @@ def load_divergence_register(path: str | Path | None = None) -> list[dict[str, A
 
 
 def load_deviation_register(path: str | Path | None = None) -> list[dict[str, Any]]:
-    """Entries of conformance/deviations.yaml as plain dicts ([] when the file is absent).
+    """Entries of conformance/deviations/ as plain dicts ([] when the file is absent).
 
     Read with the validating loader `conformance.deviations.load_deviations` (without a
     catalog: requirement ids are checked by the conformance tests); an invalid register
@@ -332,7 +332,7 @@ def load_deviation_register(path: str | Path | None = None) -> list[dict[str, An
     from conformance.deviations import DEFAULT_DEVIATIONS, load_deviations
 
     p = Path(path) if path is not None else DEFAULT_DEVIATIONS
-    if not p.is_file():
+    if not p.exists():
         return []
     return [
         {
@@ -793,7 +793,7 @@ def build_report(
             problems.append(
                 f"registered deviation {dv['id']} did not occur on {row['target']} ({row['nodeid']}): the test "
                 "passed, so its strict xfail failed; if the target is fixed, remove the entry from "
-                "conformance/deviations.yaml"
+                "conformance/deviations/"
             )
     unregistered = sorted({m["id"] for m in matched} - registered)
     if unregistered:

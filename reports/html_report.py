@@ -432,7 +432,7 @@ def _deviations(report: Mapping[str, Any]) -> str:
     out = ['<h2 id="deviations">Known target deviations</h2>']
     out.append(
         '<p class="note">Failures of a named target kind that have been observed and explained '
-        "(conformance/deviations.yaml). The matching test runs as a strict expected failure: "
+        "(conformance/deviations/). The matching test runs as a strict expected failure: "
         "its verdict stays <strong>fail</strong> — a known deviation is still non-compliance — and "
         "when the target stops deviating the test fails as an unexpected pass until the entry is removed.</p>"
     )
