@@ -59,6 +59,7 @@ class ReferenceState:
         from reference_impl.model.group_coordinator import GroupCoordinator
         from reference_impl.model.producer_ids import ProducerIdManager
         from reference_impl.model.producer_state import ProducerStateManager
+        from reference_impl.model.share_coordinator import ShareCoordinator, topic_exists_in
         from reference_impl.model.topics import TopicRegistry
         from reference_impl.model.transaction_coordinator import TransactionCoordinator
 
@@ -69,6 +70,9 @@ class ReferenceState:
         self.topics = TopicRegistry(sorted(self.nodes), clock, self.config)
         self.topics.producer_state_factory = lambda topic, partition: ProducerStateManager(self.config)
         self.groups = GroupCoordinator(sorted(self.nodes), clock, self.config)
+        # The share coordinator's persister state (`__share_group_state` semantics); the share
+        # group coordinator and share-partition leaders join it with the share-group issue.
+        self.share_coordinator = ShareCoordinator(clock, topic_exists=topic_exists_in(self.topics))
         self.producer_ids = ProducerIdManager()
         self.transactions = TransactionCoordinator(
             sorted(self.nodes), clock, self.config, self.topics, self.groups, producer_ids=self.producer_ids

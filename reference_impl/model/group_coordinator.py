@@ -41,6 +41,7 @@ from reference_impl.model.classic_group import (
 )
 from reference_impl.model.clock import Clock
 from reference_impl.model.offset_store import NO_METADATA, INVALID_OFFSET, OffsetAndMetadata, OffsetStore
+from reference_impl.model.java_hash import partition_for_key
 
 # Kafka's classicGroupNewMemberJoinTimeoutMs: a new member's parked JoinGroup expires after this.
 NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
@@ -197,7 +198,7 @@ class GroupCoordinator:
 
     def offsets_partition_for(self, group_id: str) -> int:
         """The __consumer_offsets partition of a group: abs(Java hashCode) % partitions."""
-        return _java_abs(_java_string_hash(group_id)) % self.offsets_topic_num_partitions
+        return partition_for_key(group_id, self.offsets_topic_num_partitions)
 
     # -- queries -------------------------------------------------------------------
 
@@ -1137,20 +1138,6 @@ class _JoinRequest:
 
 def _inconsistent(requested: str | None, current: str | None) -> bool:
     return requested is not None and current is not None and requested != current
-
-
-def _java_string_hash(value: str) -> int:
-    """java.lang.String.hashCode over UTF-16 code units, as a signed 32-bit int."""
-    h = 0
-    data = value.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def _java_abs(n: int) -> int:
-    """Kafka's Utils.abs: Integer.MIN_VALUE maps to 0."""
-    return 0 if n == -(1 << 31) else abs(n)
 
 
 def _parse_group_type(name: str) -> str:

@@ -23,24 +23,15 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from reference_impl.model.transaction_state import TransactionState
+from reference_impl.model.java_hash import partition_for_key
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 
 
-def java_string_hash(s: str) -> int:
-    """Java's String.hashCode (UTF-16 code units), as a signed 32-bit int."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + int.from_bytes(data[i : i + 2], "big")) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
 def partition_for(transactional_id: str, num_partitions: int = 50) -> int:
     """Kafka's `__transaction_state` partition of a transactional id (Utils.abs semantics)."""
-    h = java_string_hash(transactional_id)
-    return (h & 0x7FFFFFFF) % num_partitions
+    return partition_for_key(transactional_id, num_partitions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +124,5 @@ __all__ = [
     "TransactionLogRecord",
     "TransactionLogValue",
     "group_partitions",
-    "java_string_hash",
     "partition_for",
 ]

@@ -16,7 +16,8 @@ from reference_impl.model.transaction_coordinator import (
     TransactionCoordinator,
     is_epoch_exhausted,
 )
-from reference_impl.model.transaction_log import TransactionLog, java_string_hash, partition_for
+from reference_impl.model.java_hash import java_string_hash
+from reference_impl.model.transaction_log import TransactionLog, partition_for
 from reference_impl.model.transaction_state import (
     VALID_PREVIOUS_STATES,
     IllegalStateTransition,
@@ -93,7 +94,11 @@ def test_state_table_is_kafkas() -> None:
 def test_transaction_state_partition_uses_java_hash() -> None:
     assert java_string_hash("hello") == 99162322
     assert java_string_hash("polygenelubricants") == -2147483648
-    assert 0 <= partition_for("polygenelubricants") < 50
+    assert partition_for("polygenelubricants") == 0  # Utils.abs(Integer.MIN_VALUE) == 0
+    negative = "zzzzzzzz"
+    assert java_string_hash(negative) < 0
+    # Kafka's Utils.abs(hash) % n, not (hash & 0x7fffffff) % n: they differ for negative hashes.
+    assert partition_for(negative) == abs(java_string_hash(negative)) % 50
 
 
 # -- InitProducerId ------------------------------------------------------------------------

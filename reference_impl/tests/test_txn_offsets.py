@@ -14,6 +14,8 @@ import struct
 from dataclasses import dataclass, field
 
 import pytest
+
+from reference_impl.model.java_hash import java_string_hash
 from kio.schema.consumer_protocol_subscription.v0.data import ConsumerProtocolSubscription
 from kio.schema.errors import ErrorCode
 
@@ -25,7 +27,6 @@ from reference_impl.model.group_coordinator import (
     OFFSETS_TOPIC,
     GroupCoordinator,
     OffsetCommitEntry,
-    _java_string_hash,
 )
 from reference_impl.protocol import framing, payloads
 
@@ -335,10 +336,10 @@ def test_topic_deletion_drops_pending_offsets():
 
 
 def test_offsets_partition_matches_java_hash():
-    assert _java_string_hash("") == 0
-    assert _java_string_hash("a") == 97
-    assert _java_string_hash("hello") == 99162322
-    assert _java_string_hash("polygenelubricants") == -(1 << 31)  # Integer.MIN_VALUE: Utils.abs -> 0
+    assert java_string_hash("") == 0
+    assert java_string_hash("a") == 97
+    assert java_string_hash("hello") == 99162322
+    assert java_string_hash("polygenelubricants") == -(1 << 31)  # Integer.MIN_VALUE: Utils.abs -> 0
     coord, _ = make()
     assert coord.offsets_partition_for("polygenelubricants") == 0
     assert coord.offsets_partition_for("hello") == 99162322 % 50
