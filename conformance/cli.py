@@ -169,6 +169,21 @@ def build_parser() -> argparse.ArgumentParser:
         "running until SIGINT/SIGTERM.",
     )
     tu.add_argument("spec", metavar="SPEC", help="target spec, e.g. reference:nodes=3 or kafka-native:4.1.0")
+
+    rec = sub.add_parser(
+        "record",
+        help="capture proxy: record Kafka traffic to a Parquet trace",
+        description="Run a Kafka-protocol-aware proxy in front of UPSTREAM until SIGINT/SIGTERM; every "
+        "request/response pair becomes a row of a Parquet trace in --out (see docs/traces.md).",
+    )
+    rec.add_argument("--upstream", required=True, help="bootstrap host:port[,host:port...] of the real cluster")
+    rec.add_argument("--listen", default="127.0.0.1:0", help="host:port of the first proxy listener (0: ephemeral)")
+    rec.add_argument("--out", required=True, help="trace directory")
+    rec.add_argument("--payloads", choices=("keep", "hash", "drop"), default="keep",
+                     help="record keys/values/headers as sent, as SHA-256, or not at all (default: keep)")
+    rec.add_argument("--segment-max-bytes", type=int, default=64 << 20)
+    rec.add_argument("--segment-max-seconds", type=float, default=60.0)
+    rec.add_argument("--advertised-host", default=None, help="host put in rewritten endpoints (default: listen host)")
     return p
 
 
@@ -186,6 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "catalog": cmd_catalog,
         "broker": cmd_broker,
         "target": cmd_target,
+        "record": cmd_record,
     }[args.command]
     try:
         return handler(args)
@@ -633,6 +649,17 @@ def _print_catalog(rows: list[dict[str, Any]], specs: list[str], docs: list[dict
 
 # ---------------------------------------------------------------------------------
 # broker
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    from replay.record_cmd import record
+
+    return record(
+        args.upstream, args.listen, args.out, args.payloads,
+        segment_max_bytes=args.segment_max_bytes,
+        segment_max_seconds=args.segment_max_seconds,
+        advertised_host=args.advertised_host,
+    )
 
 
 def cmd_broker(args: argparse.Namespace) -> int:

@@ -1,4 +1,2 @@
-"""Traffic capture, replay and trace verification (capture proxy, Parquet traces, Spark jobs).
-
-Not built yet: this package is reserved for the traffic-replay issue.
-"""
+"""Traffic capture and traces: a Kafka-protocol-aware capture proxy writing Parquet traces
+(`kipcheck record`), and their reader. Replay and the Spark trace checks come next."""

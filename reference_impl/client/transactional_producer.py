@@ -429,8 +429,14 @@ class TransactionalProducer:
 
     def _decide_transaction_version(self) -> None:
         client = self._cc.bootstrap
+        # Negotiate down as Kafka clients do (older brokers and the librdkafka mock stop
+        # below v3), then ask at the agreed version for the finalized features (v3+).
+        try:
+            client.api_versions(3)
+        except RuntimeError as exc:
+            raise FatalTxnError(f"ApiVersions failed: {exc}", 35) from exc
         req = payloads.build(
-            framing.request_schema(API_VERSIONS, 3),
+            framing.request_schema(API_VERSIONS, client.api_versions_version),
             client_software_name="kipcheck",
             client_software_version="0.1.0",
         )
@@ -438,7 +444,7 @@ class TransactionalProducer:
         if int(resp.error_code) != 0:
             raise FatalTxnError(f"ApiVersions failed: {error_name(int(resp.error_code))}", int(resp.error_code))
         versions = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys}
-        finalized = {f.name: int(f.max_version_level) for f in (resp.finalized_features or ())}
+        finalized = {f.name: int(f.max_version_level) for f in (getattr(resp, "finalized_features", None) or ())}
         self._finalized_transaction_version = finalized.get("transaction.version", 0)
 
         def max_of(key: int) -> int:

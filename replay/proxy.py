@@ -1,0 +1,471 @@
+"""Kafka-protocol-aware capture proxy (asyncio).
+
+One listener per upstream broker. The forwarding path only splits frames and peeks at
+request headers (api key/version/correlation id) so the matching response can be
+decoded later; a response is decoded and re-encoded on the path only when it may carry
+broker endpoints (Metadata, FindCoordinator, DescribeCluster, and Produce/Fetch/
+ShareFetch/ShareAcknowledge versions with ``node_endpoints``), so that every endpoint
+handed to a client points at a proxy listener (new listeners open for brokers first seen
+in a response). Everything else is forwarded byte for byte.
+
+Recording is off the path: each finished exchange (frames + timings) goes to a sink's
+non-blocking `offer()`; when the sink is full the connection awaits space (back-pressure
+on that client, nothing dropped). Exchanges that cannot be recorded are reported to the
+sink as gaps (`record_gap(count, reason)`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import struct
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from reference_impl.protocol import framing
+from replay import address_rewrite
+from replay import trace_schema as ts
+from replay.trace_writer import RawExchange
+
+log = logging.getLogger("kipcheck.replay.proxy")
+
+PRODUCE_KEY = 0
+SASL_HANDSHAKE_KEY = 17
+
+
+class Sink(Protocol):
+    def offer(self, item: Any) -> bool: ...
+    def record_gap(self, count: int, reason: str, connection_id: int | None = None) -> None: ...
+
+
+def parse_hostport(s: str) -> tuple[str, int]:
+    host, _, port = s.strip().rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"expected host:port, got {s!r}")
+    return host.strip("[]"), int(port)
+
+
+def _uvarint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+
+
+def produce_acks(frame: bytes, api_version: int) -> int | None:
+    """The acks of a Produce request, read without decoding the records (None: unknown)."""
+    try:
+        flexible = framing.is_flexible(PRODUCE_KEY, api_version)
+        pos = 8
+        (n,) = struct.unpack_from(">h", frame, pos)  # client_id (legacy string in both headers)
+        pos += 2 + max(n, 0)
+        if flexible:
+            count, pos = _uvarint(frame, pos)
+            for _ in range(count):
+                _, pos = _uvarint(frame, pos)
+                size, pos = _uvarint(frame, pos)
+                pos += size
+        if api_version >= 3:  # transactional_id
+            if flexible:
+                n, pos = _uvarint(frame, pos)
+                pos += max(n - 1, 0)
+            else:
+                (n,) = struct.unpack_from(">h", frame, pos)
+                pos += 2 + max(n, 0)
+        return struct.unpack_from(">h", frame, pos)[0]
+    except Exception:
+        return None
+
+
+@dataclass
+class Listener:
+    upstream: tuple[str, int]
+    local: tuple[str, int]
+    server: asyncio.base_events.Server
+
+
+@dataclass
+class _Pending:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    mono_ns: int
+    wall_ms: int
+    frame: bytes
+
+
+@dataclass
+class ProxyStats:
+    connections: int = 0
+    requests: int = 0
+    responses: int = 0
+    rewritten_responses: int = 0
+    backpressure_waits: int = 0
+    backpressure_ns: int = 0
+    opaque_connections: int = 0
+    upstream_connect_failures: int = 0
+    listeners: list = field(default_factory=list)
+
+
+class CaptureProxy:
+    """`upstream`: comma-separated bootstrap host:port list; `listen`: host:port of the
+    first listener (port 0: every listener ephemeral; else later listeners take the next
+    free ports above it). `advertised_host` is the host written into rewritten endpoints."""
+
+    def __init__(
+        self,
+        upstream: str,
+        listen: str = "127.0.0.1:0",
+        sink: Sink | None = None,
+        *,
+        advertised_host: str | None = None,
+        max_block_s: float | None = None,
+    ) -> None:
+        self.upstreams = [parse_hostport(u) for u in upstream.split(",") if u.strip()]
+        if not self.upstreams:
+            raise ValueError("no upstream bootstrap address")
+        self.listen_host, self.listen_port = parse_hostport(listen)
+        self.advertised_host = advertised_host or self.listen_host
+        self.sink = sink
+        self.max_block_s = max_block_s
+        self.half_close_s = 30.0
+        self.listeners: dict[tuple[str, int], Listener] = {}
+        self._next_port = self.listen_port
+        self._lock = asyncio.Lock()
+        self._conn_ids = itertools.count(1)
+        self._next_seq = 1
+        self._conn_tasks: set[asyncio.Task] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
+        self.stats = ProxyStats()
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        for up in self.upstreams:
+            await self.listener_for(up)
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        for lst in self.listeners.values():
+            lst.server.close()
+        for w in list(self._writers):
+            w.close()
+        tasks = list(self._conn_tasks)
+        if tasks:  # let connections finish their bookkeeping (in-flight rows), then cancel
+            await asyncio.wait(tasks, timeout=grace_s)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for lst in self.listeners.values():
+            await lst.server.wait_closed()
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"{self.advertised_host}:{self.listeners[u].local[1]}" for u in self.upstreams)
+
+    def mapping(self) -> dict[str, str]:
+        """upstream host:port -> proxy host:port, for reports and tests."""
+        return {f"{u[0]}:{u[1]}": f"{self.advertised_host}:{lst.local[1]}" for u, lst in self.listeners.items()}
+
+    async def listener_for(self, upstream: tuple[str, int]) -> Listener:
+        lst = self.listeners.get(upstream)
+        if lst is not None:
+            return lst
+        async with self._lock:
+            lst = self.listeners.get(upstream)
+            if lst is not None:
+                return lst
+            server = await self._bind(upstream)
+            port = server.sockets[0].getsockname()[1]
+            lst = Listener(upstream, (self.listen_host, port), server)
+            self.listeners[upstream] = lst
+            self.stats.listeners.append((f"{upstream[0]}:{upstream[1]}", port))
+            log.info("listener %s:%s -> %s:%s", self.listen_host, port, *upstream)
+            return lst
+
+    async def _bind(self, upstream: tuple[str, int]) -> asyncio.base_events.Server:
+        async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            task = asyncio.current_task()
+            self._conn_tasks.add(task)
+            try:
+                await self._serve(upstream, reader, writer)
+            except asyncio.CancelledError:
+                pass  # proxy stopping; asyncio would log a cancelled client callback task
+            finally:
+                self._conn_tasks.discard(task)
+
+        if self.listen_port == 0:
+            return await asyncio.start_server(on_connect, self.listen_host, 0)
+        last: OSError | None = None
+        for _ in range(1000):
+            port = self._next_port
+            self._next_port += 1
+            try:
+                return await asyncio.start_server(on_connect, self.listen_host, port)
+            except OSError as exc:
+                if port == self.listen_port and not self.listeners:
+                    raise OSError(f"cannot listen on {self.listen_host}:{port}: {exc.strerror}") from exc
+                last = exc
+        raise OSError(f"no free port above {self.listen_port}: {last}")
+
+    # -- connections --------------------------------------------------------------------------
+
+    async def _serve(self, upstream: tuple[str, int], c_reader, c_writer) -> None:
+        conn_id = next(self._conn_ids)
+        self.stats.connections += 1
+        peer = c_writer.get_extra_info("peername") or ("?", 0)
+        local = c_writer.get_extra_info("sockname") or ("?", 0)
+        try:
+            u_reader, u_writer = await asyncio.open_connection(*upstream)
+        except OSError as exc:
+            self.stats.upstream_connect_failures += 1
+            log.warning("conn %s: upstream %s:%s unreachable: %s", conn_id, *upstream, exc)
+            c_writer.close()
+            return
+        self._writers.update((c_writer, u_writer))
+        conn = _Conn(self, conn_id, f"{local[0]}:{local[1]}", f"{upstream[0]}:{upstream[1]}", str(peer[0]), int(peer[1]))
+        up = asyncio.create_task(conn.client_to_upstream(c_reader, u_writer))
+        down = asyncio.create_task(conn.upstream_to_client(u_reader, c_writer))
+        try:
+            await asyncio.wait({up, down}, return_when=asyncio.FIRST_COMPLETED)
+            if up.done() and not down.done():
+                # Client finished sending (EOF was passed on): let the broker side finish its
+                # responses and the trace hand-off; a broker closes on EOF, so this is short.
+                await asyncio.wait({down}, timeout=self.half_close_s)
+            for t in (up, down):
+                t.cancel()
+            await asyncio.gather(up, down, return_exceptions=True)
+        finally:
+            for t in (up, down):
+                t.cancel()
+            for w in (c_writer, u_writer):
+                w.close()
+                self._writers.discard(w)
+            await conn.connection_closed()
+
+    async def emit(self, item: Any) -> None:
+        """Hand an exchange to the sink, awaiting space when it is full (back-pressure)."""
+        if self.sink is None:
+            return
+        if self._offer(item):
+            return
+        self.stats.backpressure_waits += 1
+        start = time.monotonic_ns()
+        delay = 0.001
+        try:
+            while not self._offer(item):
+                waited = (time.monotonic_ns() - start) / 1e9
+                if self.max_block_s is not None and waited >= self.max_block_s:
+                    self.sink.record_gap(1, f"trace writer backlog: waited {waited:.2f}s > max_block_s",
+                                         item.connection_id)
+                    break
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.005)
+        except asyncio.CancelledError:
+            self.sink.record_gap(1, "proxy stopped while waiting for the trace writer", item.connection_id)
+            raise
+        self.stats.backpressure_ns += time.monotonic_ns() - start
+
+    def _offer(self, item: Any) -> bool:
+        # seq is the order of the sink's FIFO (no await between numbering and offer), so
+        # the completed segments of a killed recorder hold exactly seq 1..N
+        item.seq = self._next_seq
+        if self.sink.offer(item):
+            self._next_seq += 1
+            return True
+        return False
+
+    async def rewrite_response(self, frame: bytes, p: _Pending) -> tuple[bytes, Any, int]:
+        """(frame to send, decoded body or None, endpoints rewritten)."""
+        if not address_rewrite.needs_rewrite_check(p.api_key, p.api_version):
+            return frame, None, 0
+        try:
+            decoded = framing.decode_response_frame(frame, p.api_key, p.api_version)
+        except Exception as exc:
+            log.warning("cannot decode api %s v%s response to rewrite it: %s", p.api_key, p.api_version, exc)
+            return frame, None, 0
+        endpoints = address_rewrite.find_endpoints(decoded.body)
+        if not endpoints:
+            return frame, decoded.body, 0
+        for ep in endpoints:
+            await self.listener_for(ep)
+        new_body, n = address_rewrite.rewrite(
+            decoded.body, lambda ep: (self.advertised_host, self.listeners[ep].local[1])
+        )
+        if not n:
+            return frame, decoded.body, 0
+        self.stats.rewritten_responses += 1
+        out = framing.encode_response(new_body, decoded.correlation_id, p.api_key, p.api_version)[4:]
+        return out, decoded.body, n
+
+
+class _Conn:
+    def __init__(self, proxy: CaptureProxy, conn_id: int, listener: str, upstream: str, host: str, port: int) -> None:
+        self.proxy = proxy
+        self.id = conn_id
+        self.listener = listener
+        self.upstream = upstream
+        self.client_host = host
+        self.client_port = port
+        self.pending: dict[int, _Pending] = {}
+        self.opaque = False
+
+    def _exchange(self, p: _Pending, **kw: Any) -> RawExchange:
+        return RawExchange(
+            seq=0, connection_id=self.id, listener=self.listener, upstream=self.upstream,
+            client_host=self.client_host, client_port=self.client_port, api_key=p.api_key,
+            api_version=p.api_version, correlation_id=p.correlation_id, request_mono_ns=p.mono_ns,
+            request_wall_ms=p.wall_ms, request_frame=p.frame, **kw,
+        )
+
+    async def client_to_upstream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        frames = framing.FrameReader()
+        while True:
+            data = await reader.read(1 << 16)
+            if not data:
+                if writer.can_write_eof():
+                    writer.write_eof()
+                return
+            if self.opaque:
+                writer.write(data)
+                await writer.drain()
+                continue
+            try:
+                batch = frames.feed(data)
+            except framing.FrameError as exc:
+                await self._go_opaque(frames, data, writer, f"client stream: {exc}")
+                continue
+            out = bytearray()
+            no_response: list[_Pending] = []
+            for frame in batch:
+                mono, wall = time.monotonic_ns(), time.time_ns() // 1_000_000
+                try:
+                    key, ver, corr = framing.peek_request_header(frame)
+                except framing.FrameError:
+                    key, ver, corr = -1, -1, -1
+                p = _Pending(key, ver, corr, mono, wall, frame)
+                self.proxy.stats.requests += 1
+                if key == PRODUCE_KEY and produce_acks(frame, ver) == 0:
+                    no_response.append(p)
+                else:
+                    self.pending[corr] = p
+                out += framing.size_prefixed(frame)
+            if out:
+                writer.write(bytes(out))
+                await writer.drain()
+            await self._emit_all([self._exchange(p, status=ts.STATUS_NO_RESPONSE_EXPECTED) for p in no_response])
+
+    async def _go_opaque(self, frames: framing.FrameReader, data: bytes, writer, why: str) -> None:
+        self.opaque = True
+        self.proxy.stats.opaque_connections += 1
+        self.proxy.sink and self.proxy.sink.record_gap(0, f"connection {self.id} forwarded opaque from here: {why}", self.id)
+        pending = bytes(frames._buf)
+        writer.write(pending)
+        await writer.drain()
+
+    async def upstream_to_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        frames = framing.FrameReader()
+        while True:
+            data = await reader.read(1 << 16)
+            if not data:
+                return
+            if self.opaque:
+                writer.write(data)
+                await writer.drain()
+                continue
+            try:
+                batch = frames.feed(data)
+            except framing.FrameError as exc:
+                await self._go_opaque(frames, data, writer, f"broker stream: {exc}")
+                continue
+            done: list[RawExchange] = []
+            for frame in batch:
+                mono, wall = time.monotonic_ns(), time.time_ns() // 1_000_000
+                corr = struct.unpack_from(">i", frame, 0)[0] if len(frame) >= 4 else None
+                p = self.pending.pop(corr, None)
+                self.proxy.stats.responses += 1
+                if p is None:
+                    writer.write(framing.size_prefixed(frame))
+                    self.proxy.sink and self.proxy.sink.record_gap(
+                        1, f"response with unknown correlation id {corr} on connection {self.id}", self.id)
+                    continue
+                out, body, n = await self.proxy.rewrite_response(frame, p)
+                writer.write(framing.size_prefixed(out))
+                done.append(self._exchange(p, response_mono_ns=mono, response_wall_ms=wall, response_frame=frame,
+                                           response_body=body, addresses_rewritten=n))
+                if p.api_key == SASL_HANDSHAKE_KEY and p.api_version == 0:
+                    self.opaque = True  # legacy SASL: raw tokens follow; not traced
+                    self.proxy.sink and self.proxy.sink.record_gap(
+                        0, f"connection {self.id}: SaslHandshake v0, raw SASL tokens and later traffic not traced",
+                        self.id)
+            await writer.drain()
+            await self._emit_all(done)
+
+    async def _emit_all(self, items: list[RawExchange]) -> None:
+        for i, x in enumerate(items):
+            try:
+                await self.proxy.emit(x)
+            except asyncio.CancelledError:
+                rest = len(items) - i - 1  # emit() itself reported the one it was holding
+                if rest and self.proxy.sink is not None:
+                    self.proxy.sink.record_gap(rest, "proxy stopped while waiting for the trace writer", self.id)
+                raise
+
+    async def connection_closed(self) -> None:
+        items = [self._exchange(p, status=ts.STATUS_CONNECTION_CLOSED) for p in self.pending.values()]
+        self.pending.clear()
+        await self._emit_all(items)
+
+
+
+class ThreadedCaptureProxy:
+    """A CaptureProxy on its own event loop thread, for synchronous callers (tests)."""
+
+    def __init__(self, upstream: str, listen: str = "127.0.0.1:0", sink: Sink | None = None, **kwargs: Any) -> None:
+        import threading
+
+        self._args = (upstream, listen, sink, kwargs)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="kipcheck-capture-proxy", daemon=True)
+        self.proxy: CaptureProxy | None = None
+
+    def call(self, coro: Any, timeout: float = 30.0) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def start(self) -> "ThreadedCaptureProxy":
+        self._thread.start()
+        upstream, listen, sink, kwargs = self._args
+
+        async def make() -> CaptureProxy:
+            p = CaptureProxy(upstream, listen, sink, **kwargs)
+            await p.start()
+            return p
+
+        self.proxy = self.call(make())
+        return self
+
+    def stop(self) -> None:
+        if not self._thread.is_alive():
+            return
+        try:
+            if self.proxy is not None:
+                self.call(self.proxy.stop())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        assert self.proxy is not None
+        return self.proxy.bootstrap_servers
+
+    def __enter__(self) -> "ThreadedCaptureProxy":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

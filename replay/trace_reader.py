@@ -1,0 +1,155 @@
+"""Reading capture traces: every completed segment of a directory, with a report.
+
+`read_trace(dir)` returns (table, report). Completed segments (``*.parquet``) must be
+readable and of a known schema version: a corrupt or truncated one raises
+`TraceCorruptError` naming the file (and the byte offset when known) together with what
+was read so far; an unknown version raises `UnknownSchemaVersion` naming the file. A
+``*.parquet.tmp`` is the segment a recorder was writing when it stopped: it is reported
+(name, size, why unreadable) and skipped, never fatal. ``strict=False`` turns corrupt
+completed segments into skipped entries instead of errors.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from replay import trace_schema as ts
+
+PARQUET_MAGIC = b"PAR1"
+
+
+class TraceError(Exception):
+    pass
+
+
+class TraceCorruptError(TraceError):
+    def __init__(self, path: str, why: str, offset: int | None = None, report: "TraceReport | None" = None) -> None:
+        where = f" at byte {offset}" if offset is not None else ""
+        done = ""
+        if report is not None:
+            done = (f" (read {len(report.read)} segment(s), {report.rows} row(s) before it; "
+                    f"{len(report.skipped)} skipped)")
+        super().__init__(f"corrupt trace segment {path}{where}: {why}{done}")
+        self.path, self.why, self.offset, self.report = path, why, offset, report
+
+
+class UnknownSchemaVersion(TraceError):
+    def __init__(self, path: str, version: str | None) -> None:
+        known = ", ".join(str(v) for v in sorted(ts.SUPPORTED_VERSIONS))
+        what = "no schema_version metadata" if version is None else f"schema_version {version!r}"
+        super().__init__(f"trace segment {path} has {what}; this kipcheck reads version(s) {known}")
+        self.path, self.version = path, version
+
+
+@dataclass
+class SegmentInfo:
+    path: str
+    size: int
+    rows: int = 0
+    reason: str | None = None  # why skipped
+
+
+@dataclass
+class TraceReport:
+    read: list[SegmentInfo] = field(default_factory=list)
+    skipped: list[SegmentInfo] = field(default_factory=list)
+
+    @property
+    def rows(self) -> int:
+        return sum(s.rows for s in self.read)
+
+    @property
+    def partial(self) -> list[SegmentInfo]:
+        return [s for s in self.skipped if s.path.endswith(".tmp")]
+
+    def summary(self) -> str:
+        lines = [f"{len(self.read)} segment(s) read, {self.rows} row(s); {len(self.skipped)} skipped"]
+        for s in self.skipped:
+            lines.append(f"  skipped {os.path.basename(s.path)} ({s.size} bytes): {s.reason}")
+        return "\n".join(lines)
+
+
+def _check_footer(path: str, size: int) -> tuple[str, int | None] | None:
+    """A cheap structural check: (why, offset) when the file cannot be a whole Parquet file."""
+    if size < 12:
+        return f"{size} bytes is too short for a Parquet file", 0
+    with open(path, "rb") as f:
+        head = f.read(4)
+        f.seek(size - 8)
+        tail = f.read(8)
+    if head != PARQUET_MAGIC:
+        return "no Parquet magic at the start", 0
+    if tail[4:] != PARQUET_MAGIC:
+        return "no Parquet footer (file truncated: writer did not finish)", size - 4
+    footer_len = int.from_bytes(tail[:4], "little")
+    if footer_len > size - 12:
+        return f"footer length {footer_len} exceeds the file", size - 8
+    return None
+
+
+def segment_version(path: str) -> str | None:
+    md = pq.read_metadata(path).metadata or {}
+    v = md.get(ts.META_SCHEMA_VERSION)
+    return None if v is None else v.decode("utf-8", "replace")
+
+
+def read_segment(path: str) -> pa.Table:
+    size = os.path.getsize(path)
+    bad = _check_footer(path, size)
+    if bad is not None:
+        raise TraceCorruptError(path, bad[0], bad[1])
+    try:
+        version = segment_version(path)
+    except Exception as exc:
+        raise TraceCorruptError(path, f"unreadable footer: {exc}", size - 8) from exc
+    if version is None or not version.isdigit() or int(version) not in ts.SUPPORTED_VERSIONS:
+        raise UnknownSchemaVersion(path, version)
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:
+        raise TraceCorruptError(path, f"data does not decode: {exc}") from exc
+    return table
+
+
+def list_segments(directory: str) -> tuple[list[str], list[str]]:
+    done = sorted(glob.glob(os.path.join(directory, "*.parquet")))
+    partial = sorted(glob.glob(os.path.join(directory, "*.parquet.tmp")) + glob.glob(os.path.join(directory, "*.parquet.tmp.failed")))
+    return done, partial
+
+
+def read_trace(directory: str, *, strict: bool = True) -> tuple[pa.Table, TraceReport]:
+    if not os.path.isdir(directory):
+        raise TraceError(f"trace directory {directory} does not exist")
+    done, partial = list_segments(directory)
+    report = TraceReport()
+    tables: list[pa.Table] = []
+    for path in done:
+        size = os.path.getsize(path)
+        try:
+            t = read_segment(path)
+        except UnknownSchemaVersion:
+            raise
+        except TraceCorruptError as exc:
+            if strict:
+                raise TraceCorruptError(path, exc.why, exc.offset, report) from exc
+            report.skipped.append(SegmentInfo(path, size, 0, str(exc)))
+            continue
+        tables.append(t)
+        report.read.append(SegmentInfo(path, size, t.num_rows))
+    for path in partial:
+        size = os.path.getsize(path)
+        bad = _check_footer(path, size)
+        why = bad[0] if bad else "segment was never completed (recorder stopped while writing it)"
+        if path.endswith(".failed"):
+            why = "segment abandoned after a write error; " + why
+        report.skipped.append(SegmentInfo(path, size, 0, f"partial segment: {why}"))
+    if tables:
+        table = pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
+    else:
+        table = ts.schema().empty_table().replace_schema_metadata(None)
+    return table, report

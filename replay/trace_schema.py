@@ -1,0 +1,162 @@
+"""The Parquet schema of kipcheck traffic traces (see docs/traces.md).
+
+One row per request/response exchange seen by the capture proxy (``kind="exchange"``),
+plus explicit gap markers (``kind="gap"``) saying how many exchanges were not recorded
+and why. Every segment file carries ``schema_version`` (and ``kipcheck_trace``) in its
+Parquet key/value metadata; readers refuse versions they do not know, naming the file.
+
+Version history:
+  1 - first version (this module).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+SUPPORTED_VERSIONS = frozenset({1})
+META_SCHEMA_VERSION = b"schema_version"
+META_FORMAT = b"kipcheck_trace"
+
+KIND_EXCHANGE = "exchange"
+KIND_GAP = "gap"
+
+# status of an exchange row
+STATUS_OK = "ok"  # request and response both seen
+STATUS_NO_RESPONSE_EXPECTED = "no_response_expected"  # Produce acks=0
+STATUS_CONNECTION_CLOSED = "connection_closed"  # request sent, connection ended before the response
+
+PARTITION = pa.struct(
+    [
+        ("side", pa.string()),  # "request" | "response"
+        ("topic", pa.string()),
+        ("topic_id", pa.string()),
+        ("partition", pa.int32()),
+        ("error_code", pa.int16()),
+        ("fetch_offset", pa.int64()),
+        ("base_offset", pa.int64()),
+        ("committed_offset", pa.int64()),
+        ("offset", pa.int64()),
+        ("high_watermark", pa.int64()),
+        ("last_stable_offset", pa.int64()),
+        ("log_start_offset", pa.int64()),
+        ("leader_epoch", pa.int32()),
+    ]
+)
+
+BATCH = pa.struct(
+    [
+        ("side", pa.string()),
+        ("topic", pa.string()),
+        ("topic_id", pa.string()),
+        ("partition", pa.int32()),
+        ("base_offset", pa.int64()),
+        ("last_offset", pa.int64()),
+        ("base_sequence", pa.int32()),
+        ("producer_id", pa.int64()),
+        ("producer_epoch", pa.int16()),
+        ("record_count", pa.int32()),
+        ("transactional", pa.bool_()),
+        ("control", pa.bool_()),
+        ("compression", pa.int8()),
+    ]
+)
+
+ACQUIRED = pa.struct(
+    [
+        ("topic_id", pa.string()),
+        ("partition", pa.int32()),
+        ("first_offset", pa.int64()),
+        ("last_offset", pa.int64()),
+        ("delivery_count", pa.int16()),
+    ]
+)
+
+ACK_BATCH = pa.struct(
+    [
+        ("side", pa.string()),
+        ("topic_id", pa.string()),
+        ("partition", pa.int32()),
+        ("first_offset", pa.int64()),
+        ("last_offset", pa.int64()),
+        ("acknowledge_types", pa.list_(pa.int8())),
+    ]
+)
+
+ABORTED = pa.struct(
+    [
+        ("topic", pa.string()),
+        ("topic_id", pa.string()),
+        ("partition", pa.int32()),
+        ("producer_id", pa.int64()),
+        ("first_offset", pa.int64()),
+    ]
+)
+
+FIELDS: list[tuple[str, pa.DataType, str]] = [
+    ("kind", pa.string(), "exchange | gap"),
+    ("seq", pa.int64(), "1, 2, ... in the order exchanges were handed to the writer (gap rows: null)"),
+    ("request_mono_ns", pa.int64(), "time.monotonic_ns() when the request frame was read"),
+    ("request_wall_ms", pa.int64(), "wall clock (ms since epoch) when the request frame was read"),
+    ("response_mono_ns", pa.int64(), "time.monotonic_ns() when the response frame was read (null: none)"),
+    ("response_wall_ms", pa.int64(), "wall clock ms of the response"),
+    ("connection_id", pa.int64(), "proxy connection id (unique per recorder run)"),
+    ("listener", pa.string(), "proxy listener host:port the client connected to"),
+    ("upstream", pa.string(), "upstream broker host:port"),
+    ("client_host", pa.string(), "client address"),
+    ("client_port", pa.int32(), "client port"),
+    ("client_id", pa.string(), "client_id from the request header"),
+    ("api_key", pa.int16(), "request api key"),
+    ("api_name", pa.string(), "request api name (kio module name)"),
+    ("api_version", pa.int16(), "request api version"),
+    ("correlation_id", pa.int32(), "request correlation id"),
+    ("status", pa.string(), "ok | no_response_expected | connection_closed"),
+    ("request_size", pa.int32(), "request frame bytes (without size prefix)"),
+    ("response_size", pa.int32(), "response frame bytes as sent by the broker"),
+    ("addresses_rewritten", pa.int32(), "broker endpoints the proxy rewrote in the response"),
+    ("decode_error", pa.string(), "why the request or response could not be decoded (null: decoded)"),
+    ("error_code", pa.int16(), "top-level response error_code, when the response has one"),
+    ("error_codes", pa.list_(pa.int16()), "every non-zero error_code anywhere in the response"),
+    ("transactional_id", pa.string(), "first transactional_id in request, else response"),
+    ("producer_id", pa.int64(), "first producer_id (request, response, then record batch headers)"),
+    ("producer_epoch", pa.int16(), "first producer_epoch (same order)"),
+    ("group_id", pa.string(), "first group_id / key of a group"),
+    ("member_id", pa.string(), "first member_id"),
+    ("member_epoch", pa.int32(), "first member_epoch"),
+    ("generation_id", pa.int32(), "first generation_id"),
+    ("share_session_epoch", pa.int32(), "ShareFetch/ShareAcknowledge session epoch"),
+    ("topics", pa.list_(pa.string()), "topic names seen (request and response)"),
+    ("topic_ids", pa.list_(pa.string()), "topic ids seen"),
+    ("partitions", pa.list_(PARTITION), "every partition-level entry, with offsets/errors"),
+    ("batches", pa.list_(BATCH), "record batch headers (Produce request / Fetch, ShareFetch response)"),
+    ("base_sequences", pa.list_(pa.int32()), "base_sequence of each request record batch"),
+    ("acquired_records", pa.list_(ACQUIRED), "ShareFetch acquired record ranges"),
+    ("acknowledgement_batches", pa.list_(ACK_BATCH), "ShareFetch/ShareAcknowledge ack batches"),
+    ("aborted_transactions", pa.list_(ABORTED), "Fetch aborted transactions"),
+    ("request_json", pa.string(), "decoded request as JSON (records summarised)"),
+    ("response_json", pa.string(), "decoded response as JSON (records summarised)"),
+    ("request_bytes", pa.binary(), "request frame (payloads per `payloads`; null for SASL)"),
+    ("response_bytes", pa.binary(), "response frame as sent by the broker (same rules)"),
+    ("payloads", pa.string(), "keep | hash | drop: what was done to record keys/values/headers"),
+    ("gap_count", pa.int64(), "gap rows: exchanges not recorded"),
+    ("gap_reason", pa.string(), "gap rows: why"),
+]
+
+_BASE = pa.schema([pa.field(name, tp) for name, tp, _ in FIELDS])
+
+
+def schema(version: int = SCHEMA_VERSION) -> pa.Schema:
+    if version != SCHEMA_VERSION:
+        raise ValueError(f"cannot write trace schema version {version}")
+    return _BASE.with_metadata({META_SCHEMA_VERSION: str(version).encode(), META_FORMAT: b"1"})
+
+
+COLUMN_NAMES = [name for name, _, _ in FIELDS]
+
+
+def describe() -> str:
+    """Markdown table of the columns (used by docs/traces.md)."""
+    lines = ["| column | type | meaning |", "|---|---|---|"]
+    for name, tp, doc in FIELDS:
+        lines.append(f"| `{name}` | `{tp}` | {doc} |")
+    return "\n".join(lines)
