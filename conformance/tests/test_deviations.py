@@ -51,3 +51,18 @@ def test_matching_by_kind_name_module_and_version():
     assert not scoped.matches("librdkafka-mock", "4.2.1", "suites/test_m.py::test_x[t]", "test_x")
     assert not scoped.matches("librdkafka-mock", "4.1.2", "suites/test_n.py::test_x[t]", "test_x")
     assert "DEV-010" in dev.reason and "PROTO.BAD.001" in dev.reason
+
+
+def test_divergence_evidence_names_an_existing_suite_test():
+    """Every divergence's evidence test exists, so the register cannot cite phantom evidence."""
+    from pathlib import Path
+
+    from conformance.divergences import load_register
+
+    root = Path(__file__).resolve().parents[2]
+    sources = {p: p.read_text() for p in (root / "conformance" / "suites").rglob("test_*.py")}
+    for div in load_register(catalog=get_catalog()):
+        path, _, name = div.evidence_test.rpartition("::")
+        name = name.split("[")[0]
+        candidates = [src for p, src in sources.items() if not path or str(p).endswith(path)]
+        assert any(f"def {name}(" in src for src in candidates), f"{div.id}: no suite test {div.evidence_test}"

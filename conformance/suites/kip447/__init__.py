@@ -1,0 +1,217 @@
+"""KIP-447 suite: group fencing of transactional offset commits, pending offsets and
+stable OffsetFetch, plus raw-protocol helpers shared by its modules.
+
+`RawTxn` drives one transaction over the raw protocol (InitProducerId, AddOffsetsToTxn,
+TxnOffsetCommit, EndTxn at transaction-protocol v1 versions) and returns every answer
+unretried where the scenario looks at it (TxnOffsetCommit), retrying only the coordinator's
+transient answers elsewhere. `join` / `sync` speak JoinGroup / SyncGroup with an optional
+group instance id (static membership), `offset_fetch` OffsetFetch at a chosen version.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from typing import Any
+
+from fixtures.target import NotSupportedByTarget
+
+from conformance import wire_ops
+from reference_impl.client.raw_client import ClusterClient, RawClient
+
+INIT_PRODUCER_ID, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 22, 25, 26, 28
+OFFSET_FETCH, JOIN_GROUP, SYNC_GROUP = 9, 11, 14
+
+# Error codes (Kafka's Errors table).
+NONE = 0
+COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 14, 15, 16
+ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS = 22, 25, 27
+CONCURRENT_TRANSACTIONS = 51
+MEMBER_ID_REQUIRED = 79
+FENCED_INSTANCE_ID = 82
+NO_REASSIGNMENT_IN_PROGRESS = 85  # the KIP text's PENDING_TRANSACTION code
+UNSTABLE_OFFSET_COMMIT = 88
+
+_TRANSIENT = {COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, CONCURRENT_TRANSACTIONS}
+
+
+def ms(value: int) -> datetime.timedelta:
+    return datetime.timedelta(milliseconds=value)
+
+
+class RawTxn:
+    """One transactional id over the raw protocol (transaction protocol v1 request versions)."""
+
+    def __init__(self, cc: ClusterClient, transactional_id: str, timeout_ms: int = 20_000) -> None:
+        self.cc, self.tid, self.timeout_ms = cc, transactional_id, timeout_ms
+        self.producer_id, self.producer_epoch = -1, -1
+        self.answers: list[dict[str, Any]] = []  # every (api, error) this transaction saw
+
+    def _txn_coordinator(self) -> RawClient:
+        return self.cc.coordinator_for(self.tid, key_type=1, wait_s=30)
+
+    def _call(self, api_key: int, highest: int, name: str, deadline_s: float = 30.0, lowest: int = 0, **fields: Any) -> Any:
+        deadline = time.monotonic() + deadline_s
+        while True:
+            coord = self._txn_coordinator()
+            req = wire_ops.Req(coord, api_key, highest, lowest=lowest)
+            resp = req.send(**fields)
+            code = int(resp.error_code)
+            self.answers.append({"api": name, "version": req.version, "error_code": code})
+            if code in _TRANSIENT and time.monotonic() < deadline:
+                time.sleep(0.05)
+                continue
+            return resp
+
+    def init(self) -> int:
+        resp = self._call(
+            INIT_PRODUCER_ID, 4, "InitProducerId",
+            transactional_id=self.tid, transaction_timeout=ms(self.timeout_ms), producer_id=-1, producer_epoch=-1,
+        )
+        if int(resp.error_code) == 0:
+            self.producer_id, self.producer_epoch = int(resp.producer_id), int(resp.producer_epoch)
+        return int(resp.error_code)
+
+    def add_offsets(self, group: str) -> int:
+        resp = self._call(
+            ADD_OFFSETS_TO_TXN, 3, "AddOffsetsToTxn",
+            transactional_id=self.tid, producer_id=self.producer_id, producer_epoch=self.producer_epoch, group_id=group,
+        )
+        return int(resp.error_code)
+
+    def txn_offset_commit(
+        self, group: str, topic: str, offsets: dict[int, int], *, generation: int = -1, member_id: str = "",
+        instance_id: str | None = None, lowest: int = 3,
+    ) -> tuple[int, dict[int, int]]:
+        """One TxnOffsetCommit (v`lowest`..v4) to the group coordinator, not retried:
+        (version, {partition: error_code})."""
+        coord = self.cc.coordinator_for(group, wait_s=30)
+        req = wire_ops.Req(coord, TXN_OFFSET_COMMIT, 4, lowest=lowest)
+        resp = req.send(
+            transactional_id=self.tid, group_id=group, producer_id=self.producer_id,
+            producer_epoch=self.producer_epoch, generation_id=generation, member_id=member_id,
+            group_instance_id=instance_id,
+            topics=(req.part(
+                "TxnOffsetCommitRequestTopic", name=topic,
+                partitions=tuple(
+                    req.part("TxnOffsetCommitRequestPartition", partition_index=p, committed_offset=o,
+                             committed_leader_epoch=-1, committed_metadata="")
+                    for p, o in sorted(offsets.items())
+                ),
+            ),),
+        )
+        out = {int(pr.partition_index): int(pr.error_code) for t in resp.topics for pr in t.partitions}
+        for code in out.values():
+            self.answers.append({"api": "TxnOffsetCommit", "version": req.version, "error_code": code})
+        return req.version, out
+
+    def end(self, commit: bool) -> int:
+        resp = self._call(
+            END_TXN, 3, "EndTxn",
+            transactional_id=self.tid, producer_id=self.producer_id, producer_epoch=self.producer_epoch,
+            committed=commit,
+        )
+        return int(resp.error_code)
+
+
+def offset_fetch(client: RawClient, group: str, topic: str, partitions: list[int], *, require_stable: bool,
+                 highest: int = 9, lowest: int = 1) -> tuple[int, dict[int, tuple[int, int]]]:
+    """OffsetFetch at the highest version in [lowest, highest] the broker takes:
+    (version, {partition: (committed_offset, error_code)}); a group-level error is reported
+    on every partition."""
+    r = wire_ops.Req(client, OFFSET_FETCH, highest, lowest=lowest)
+    if r.version >= 8:
+        resp = r.send(
+            groups=(r.part("OffsetFetchRequestGroup", group_id=group,
+                           topics=(r.part("OffsetFetchRequestTopics", name=topic, partition_indexes=tuple(partitions)),)),),
+            require_stable=require_stable,
+        )
+        g = resp.groups[0]
+        group_error, topics = int(g.error_code), g.topics
+    else:
+        resp = r.send(
+            group_id=group,
+            topics=(r.part("OffsetFetchRequestTopic", name=topic, partition_indexes=tuple(partitions)),),
+            require_stable=require_stable,
+        )
+        group_error, topics = int(getattr(resp, "error_code", 0) or 0), resp.topics
+    if group_error:
+        return r.version, {p: (-1, group_error) for p in partitions}
+    return r.version, {int(p.partition_index): (int(p.committed_offset), int(p.error_code))
+                       for t in topics for p in t.partitions}
+
+
+def join(client: RawClient, group: str, topic: str, *, member_id: str = "", instance_id: str | None = None,
+         session_ms: int = 10_000, rebalance_ms: int = 10_000, timeout_s: float | None = None) -> Any:
+    """JoinGroup (v4..v5, the versions every target answers) with the consumer protocol,
+    following MEMBER_ID_REQUIRED once."""
+    r = wire_ops.Req(client, JOIN_GROUP, 5, lowest=4)
+    subscription = wire_ops._consumer_subscription(topic)
+    resp = None
+    deadline = time.monotonic() + 30
+    while True:
+        resp = client.send(
+            wire_ops.payloads.build(
+                r.cls, group_id=group, session_timeout=ms(session_ms), rebalance_timeout=ms(rebalance_ms),
+                member_id=member_id, group_instance_id=instance_id, protocol_type="consumer",
+                protocols=(r.part("JoinGroupRequestProtocol", name="range", metadata=subscription),), reason=None,
+            ),
+            timeout=timeout_s,
+        )
+        if int(resp.error_code) == MEMBER_ID_REQUIRED and not member_id:
+            member_id = resp.member_id
+            continue
+        if int(resp.error_code) == COORDINATOR_LOAD_IN_PROGRESS and time.monotonic() < deadline:
+            time.sleep(0.1)  # a freshly created offsets partition is still loading
+            continue
+        return resp
+
+
+def group_coordinator(cc: ClusterClient, group: str, topic: str, timeout_s: float = 60.0) -> RawClient:
+    """The group's coordinator once it answers: a freshly created __consumer_offsets partition
+    answers NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS for a while (Kafka)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        coord = cc.coordinator_for(group, wait_s=30)
+        _, ans = offset_fetch(coord, group, topic, [0], require_stable=False)
+        codes = {e for _, e in ans.values()}
+        if not codes & {COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR} \
+                or time.monotonic() > deadline:
+            return coord
+        time.sleep(0.2)
+
+
+def commit(client: RawClient, group: str, topic: str, partition: int, offset: int, timeout_s: float = 30.0) -> int:
+    """Standalone OffsetCommit (generation -1), retrying COORDINATOR_LOAD_IN_PROGRESS."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        code = wire_ops.offset_commit(client, group, topic, partition, offset)
+        if code != COORDINATOR_LOAD_IN_PROGRESS or time.monotonic() > deadline:
+            return code
+        time.sleep(0.1)
+
+
+def sync(client: RawClient, group: str, generation: int, member_id: str, *, instance_id: str | None = None,
+         assignments: dict[str, bytes] | None = None) -> Any:
+    # v3 (the first with the group instance id, not yet flexible): librdkafka's mock closes
+    # the connection on SyncGroup v4, as on JoinGroup v6 (DEV-005).
+    r = wire_ops.Req(client, SYNC_GROUP, 3, lowest=3)
+    return r.send(
+        group_id=group, generation_id=generation, member_id=member_id, group_instance_id=instance_id,
+        protocol_type="consumer", protocol_name="range",
+        assignments=tuple(r.part("SyncGroupRequestAssignment", member_id=m, assignment=a)
+                          for m, a in (assignments or {}).items()),
+    )
+
+
+def require_txn_offset_commit_v3(target) -> None:
+    """KIP-447 fencing needs TxnOffsetCommit v3+ (KIP-447.COMPAT.001)."""
+    caps = target.capabilities()
+    hi = caps.max_version(TXN_OFFSET_COMMIT)
+    if hi is None or hi < 3:
+        raise NotSupportedByTarget(f"TxnOffsetCommit v3+ (KIP-447 group fields) not advertised (max {hi})")
+
+
+__all__ = [
+    "RawTxn", "commit", "group_coordinator", "join", "offset_fetch", "require_txn_offset_commit_v3", "sync",
+]

@@ -1,0 +1,362 @@
+"""KIP-447 "Fencing zombie": TxnOffsetCommit v3+ carries the consumer's generation id, member
+id and group instance id, and the group coordinator validates them like an ordinary offset
+commit. Wire level (raw JoinGroup / SyncGroup / TxnOffsetCommit) and client level
+(confluent-kafka `send_offsets_to_transaction(offsets, consumer.consumer_group_metadata())`).
+
+The five steps of the KIP text (section "Fencing zombie"):
+
+1. client A is about to commit offsets for P1 but stalls (long GC) before TxnOffsetCommit;
+2. A falls out of the group (session / rebalance timeout), the group rebalances;
+3. client B is assigned P1;
+4. B sees no pending offsets of A, processes P1 and commits transactionally;
+5. A resumes and sends its TxnOffsetCommit with its old generation: it is fenced.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from conformance import client_ops, wire_ops
+from conformance.suites.kip447 import (
+    FENCED_INSTANCE_ID,
+    ILLEGAL_GENERATION,
+    UNKNOWN_MEMBER_ID,
+    UNSTABLE_OFFSET_COMMIT,
+    RawTxn,
+    group_coordinator,
+    join,
+    offset_fetch,
+    require_txn_offset_commit_v3,
+    sync,
+)
+from fixtures.target import NotSupportedByTarget
+
+
+def _stable_offset(coord, group: str, topic: str, partition: int, timeout_s: float = 15.0) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        _, ans = offset_fetch(coord, group, topic, [partition], require_stable=True)
+        off, err = ans[partition]
+        if err != UNSTABLE_OFFSET_COMMIT or time.monotonic() > deadline:
+            return [off, err]
+        time.sleep(0.05)
+
+
+def _joined(coord, group: str, topic: str, **kw) -> tuple[int, str, int]:
+    """Join + sync as the only member (leader assigns nothing): (generation, member id, errors)."""
+    j = join(coord, group, topic, **kw)
+    gen, member = int(j.generation_id), j.member_id
+    s = sync(coord, group, gen, member, instance_id=kw.get("instance_id"), assignments={member: b""})
+    return gen, member, int(j.error_code) or int(s.error_code)
+
+
+# --------------------------------------------------------------------------- wire level
+
+
+def stale_generation_scenario(target, ids):
+    """Member M joins (generation g1) and rejoins (g2). A transaction stages offset 11 with
+    (g1, M): refused; it commits anyway and G's offset must not change. A second
+    transaction with (g2, M) commits offset 12."""
+    topic, group = ids.topic(), ids.group()
+    client_ops.create_topic(target, topic)
+    with wire_ops.cluster_client(target) as cc:
+        coord = group_coordinator(cc, group, topic)
+        g1, member, e1 = _joined(coord, group, topic)
+        j2 = join(coord, group, topic, member_id=member)
+        g2 = int(j2.generation_id)
+        s2 = sync(coord, group, g2, member, assignments={member: b""})
+        txn = RawTxn(cc, ids.transactional_id())
+        txn.init()
+        add = txn.add_offsets(group)
+        version, stale = txn.txn_offset_commit(group, topic, {0: 11}, generation=g1, member_id=member)
+        end1 = txn.end(commit=True)
+        after_stale = _stable_offset(coord, group, topic, 0)
+        txn.add_offsets(group)
+        _, good = txn.txn_offset_commit(group, topic, {0: 12}, generation=g2, member_id=member)
+        end2 = txn.end(commit=True)
+        after_good = _stable_offset(coord, group, topic, 0)
+    return {"join_errors": [e1, int(j2.error_code), int(s2.error_code)], "generation_bumped": g2 > g1,
+            "txn_offset_commit_version": version, "add_offsets": add, "stale": stale[0], "end1": end1,
+            "after_stale": after_stale, "current": good[0], "end2": end2, "after_current": after_good}
+
+
+@pytest.mark.requirement("KIP-447.FENCE.002")
+def test_txn_offset_commit_with_stale_generation_is_fenced(target, differential):
+    require_txn_offset_commit_v3(target)
+    obs = differential.run(stale_generation_scenario).target
+    assert obs["join_errors"] == [0, 0, 0] and obs["generation_bumped"], obs
+    assert obs["txn_offset_commit_version"] >= 3
+    assert obs["stale"] == ILLEGAL_GENERATION, f"stale generation answered {obs['stale']}"
+    assert obs["after_stale"] == [-1, 0], "a fenced TxnOffsetCommit changed the group's offset"
+    assert obs["current"] == 0 and obs["after_current"] == [12, 0], obs
+
+
+def unknown_member_scenario(target, ids):
+    topic, group = ids.topic(), ids.group()
+    client_ops.create_topic(target, topic)
+    with wire_ops.cluster_client(target) as cc:
+        coord = group_coordinator(cc, group, topic)
+        gen, member, err = _joined(coord, group, topic)
+        txn = RawTxn(cc, ids.transactional_id())
+        txn.init()
+        txn.add_offsets(group)
+        _, unknown = txn.txn_offset_commit(group, topic, {0: 5}, generation=gen, member_id="not-a-member")
+        _, defaults = txn.txn_offset_commit(group, topic, {0: 6})  # generation -1, member "", no instance
+        end = txn.end(commit=True)
+        after = _stable_offset(coord, group, topic, 0)
+    return {"join": err, "unknown_member": unknown[0], "defaults": defaults[0], "end": end, "after": after}
+
+
+@pytest.mark.requirement("KIP-447.FENCE.003", "KIP-447.FENCE.005")
+def test_txn_offset_commit_unknown_member_and_default_fields(target, differential):
+    """An unknown member id is refused with UNKNOWN_MEMBER_ID; the default-valued group fields
+    (generation -1, member "", no instance id) skip membership checks for an active group."""
+    require_txn_offset_commit_v3(target)
+    obs = differential.run(unknown_member_scenario, requirement="KIP-447.FENCE.003").target
+    assert obs["join"] == 0
+    assert obs["unknown_member"] == UNKNOWN_MEMBER_ID, obs
+    assert obs["defaults"] == 0, f"default group fields refused for an active group: {obs}"
+    assert obs["end"] == 0 and obs["after"] == [6, 0], obs
+
+
+def static_member_scenario(target, ids):
+    """Static member (instance I) joins as m1, is replaced by a join of I as m2; a
+    TxnOffsetCommit with (m1, I) is fenced, (m2, I) is accepted."""
+    topic, group, instance = ids.topic(), ids.group(), ids.instance_id()
+    client_ops.create_topic(target, topic)
+    with wire_ops.cluster_client(target) as cc:
+        coord = group_coordinator(cc, group, topic)
+        gen1, m1, err = _joined(coord, group, topic, instance_id=instance)
+        j2 = join(coord, group, topic, instance_id=instance)
+        m2, gen2 = j2.member_id, int(j2.generation_id)
+        if int(j2.error_code) == 0 and gen2 != gen1:
+            sync(coord, group, gen2, m2, instance_id=instance, assignments={m2: b""})
+        txn = RawTxn(cc, ids.transactional_id())
+        txn.init()
+        txn.add_offsets(group)
+        _, old = txn.txn_offset_commit(group, topic, {0: 7}, generation=gen1, member_id=m1, instance_id=instance)
+        _, new = txn.txn_offset_commit(group, topic, {0: 8}, generation=gen2, member_id=m2, instance_id=instance)
+        end = txn.end(commit=True)
+        after = _stable_offset(coord, group, topic, 0)
+    return {"join": err, "rejoin": int(j2.error_code), "replaced": m2 != m1, "old_member": old[0],
+            "new_member": new[0], "end": end, "after": after}
+
+
+@pytest.mark.requirement("KIP-447.FENCE.004")
+def test_txn_offset_commit_from_replaced_static_member_is_fenced(target, differential):
+    require_txn_offset_commit_v3(target)
+    obs = differential.run(static_member_scenario).target
+    if obs["join"] == 0 and obs["rejoin"] != 0:
+        raise NotSupportedByTarget(f"static member rejoin refused with {obs['rejoin']}")
+    assert obs["join"] == 0 and obs["replaced"], obs
+    assert obs["old_member"] == FENCED_INSTANCE_ID, obs
+    assert obs["new_member"] == 0 and obs["after"] == [8, 0], obs
+
+
+def zombie_scenario(target, ids):
+    """The KIP's five steps over the raw protocol. A's rebalance timeout is 1.5 s so that its
+    eviction (step 2) happens while B's JoinGroup waits."""
+    topic, group = ids.topic(), ids.group()
+    client_ops.create_topic(target, topic)
+    with wire_ops.cluster_client(target) as cc:
+        coord_a = group_coordinator(cc, group, topic)
+        gen_a, member_a, err_a = _joined(coord_a, group, topic, session_ms=6000, rebalance_ms=1500)
+        # 1. A's transaction is open (offsets partition added), then A stalls.
+        txn_a = RawTxn(cc, ids.transactional_id())
+        txn_a.init()
+        add_a = txn_a.add_offsets(group)
+        # 2. + 3. B joins; A does not rejoin and is dropped at the rebalance timeout.
+        with wire_ops.cluster_client(target) as cc_b:
+            coord_b = group_coordinator(cc_b, group, topic)
+            t0 = time.monotonic()
+            jb = join(coord_b, group, topic, session_ms=6000, rebalance_ms=1500, timeout_s=30)
+            waited = time.monotonic() - t0
+            gen_b, member_b = int(jb.generation_id), jb.member_id
+            members = sorted(m.member_id for m in jb.members) if jb.leader == member_b else None
+            sb = sync(coord_b, group, gen_b, member_b, assignments={member_b: b""})
+            # 4. B commits its progress transactionally with its own generation.
+            txn_b = RawTxn(cc_b, ids.transactional_id())
+            txn_b.init()
+            txn_b.add_offsets(group)
+            _, b_commit = txn_b.txn_offset_commit(group, topic, {0: 20}, generation=gen_b, member_id=member_b)
+            end_b = txn_b.end(commit=True)
+        # 5. A resumes: its TxnOffsetCommit carries the old generation and member id.
+        _, a_commit = txn_a.txn_offset_commit(group, topic, {0: 10}, generation=gen_a, member_id=member_a)
+        end_a = txn_a.end(commit=True)
+        after = _stable_offset(coord_a, group, topic, 0)
+    return {"join_a": err_a, "add_offsets_a": add_a, "join_b": int(jb.error_code), "sync_b": int(sb.error_code),
+            "b_generation_newer": gen_b > gen_a, "b_sole_member": members == [member_b] if members is not None else None,
+            "b_commit": b_commit[0], "end_b": end_b, "a_commit": a_commit[0], "end_a": end_a, "after": after,
+            "b_join_waited_s": round(waited, 1)}
+
+
+@pytest.mark.requirement("KIP-447.FENCE.006", "KIP-447.FENCE.003")
+def test_kip_five_step_zombie_is_fenced_wire(target, differential):
+    require_txn_offset_commit_v3(target)
+    obs = differential.run(zombie_scenario, requirement="KIP-447.FENCE.006", ignore_keys=["b_join_waited_s"]).target
+    assert obs["join_a"] == 0 and obs["add_offsets_a"] == 0
+    assert obs["join_b"] == 0 and obs["sync_b"] == 0 and obs["b_generation_newer"], obs
+    assert obs["b_sole_member"] in (True, None), f"A was not dropped from the group: {obs}"
+    assert obs["b_commit"] == 0 and obs["end_b"] == 0, obs
+    assert obs["a_commit"] in (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID), f"the zombie's commit was not fenced: {obs}"
+    assert obs["after"] == [20, 0], f"the group's offset is not B's: {obs}"
+
+
+# --------------------------------------------------------------------------- client level
+
+
+def parse_group_metadata(blob: bytes) -> dict:
+    """librdkafka's serialized consumer group metadata ("CGMDv2:", int32 generation in host
+    order, group id NUL, member id NUL, 1-byte null flag for the instance id, instance id NUL)."""
+    if not isinstance(blob, bytes) or not blob.startswith(b"CGMDv2:"):
+        return {}
+    rest = blob[7:]
+    (generation,) = struct.unpack("=i", rest[:4])
+    parts = rest[4:].split(b"\x00")
+    group_id, member_id = parts[0].decode(), parts[1].decode()
+    return {"generation_id": generation, "group_id": group_id, "member_id": member_id}
+
+
+def _txn_producer(target, tid: str) -> Producer:
+    p = Producer(client_ops.config(target, **{"transactional.id": tid, "transaction.timeout.ms": 20000}))
+    p.init_transactions(30)
+    return p
+
+
+def _consumer(target, group: str, **extra) -> Consumer:
+    cfg = client_ops.config(target, **{
+        "group.id": group, "enable.auto.commit": False, "auto.offset.reset": "earliest",
+        "group.protocol": "classic", "isolation.level": "read_committed",
+        "session.timeout.ms": 6000, "heartbeat.interval.ms": 500, "max.poll.interval.ms": 6000,
+    })
+    cfg.update(extra)
+    return Consumer(cfg)
+
+
+def _wait_assigned(c: Consumer, timeout_s: float) -> list:
+    polled = []
+    deadline = time.monotonic() + timeout_s
+    while not c.assignment():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no assignment within {timeout_s}s")
+        m = c.poll(0.2)
+        if m is not None and not m.error():
+            polled.append(m)
+    return polled
+
+
+def _offsets_error(exc: KafkaException) -> dict:
+    err = exc.args[0]
+    return {"code": err.code(), "name": err.name(), "abortable": err.txn_requires_abort(), "fatal": err.fatal()}
+
+
+@pytest.mark.requirement("KIP-447.API.001", "KIP-447.API.002", "KIP-447.FENCE.006")
+def test_zombie_send_offsets_fenced_client(target, unique):
+    """Client A consumes, stalls past max.poll.interval.ms (its partitions go to B), B commits
+    transactionally; A's producer then sends A's stale group metadata and is refused with
+    ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID; the group's offset stays B's."""
+    require_txn_offset_commit_v3(target)
+    topic, group, out = unique.topic(), unique.group(), unique.topic()
+    client_ops.create_topic(target, topic)
+    client_ops.create_topic(target, out)
+    client_ops.produce(target, topic, [{"value": b"%d" % i} for i in range(10)])
+    producer_a = _txn_producer(target, unique.transactional_id())
+    producer_b = _txn_producer(target, unique.transactional_id() + "-b")
+    a = _consumer(target, group)
+    b = None
+    try:
+        a.subscribe([topic])
+        got = _wait_assigned(a, 30)
+        deadline = time.monotonic() + 20
+        while len(got) < 3 and time.monotonic() < deadline:
+            m = a.poll(0.2)
+            if m is not None and not m.error():
+                got.append(m)
+        assert len(got) >= 3
+        md_a = a.consumer_group_metadata()
+        meta_a = parse_group_metadata(md_a)
+        # A stalls (no poll); B joins and gets the partition once A is dropped.
+        b = _consumer(target, group)
+        b.subscribe([topic])
+        _wait_assigned(b, 40)
+        md_b = b.consumer_group_metadata()
+        meta_b = parse_group_metadata(md_b)
+        producer_b.begin_transaction()
+        producer_b.produce(out, b"from-b", partition=0)
+        producer_b.send_offsets_to_transaction([TopicPartition(topic, 0, 7)], md_b, 30)
+        producer_b.commit_transaction(30)
+        # A resumes with its stale metadata.
+        producer_a.begin_transaction()
+        producer_a.produce(out, b"from-a", partition=0)
+        error = None
+        try:
+            producer_a.send_offsets_to_transaction([TopicPartition(topic, 0, 3)], md_a, 30)
+            producer_a.commit_transaction(30)
+        except KafkaException as exc:
+            error = _offsets_error(exc)
+            if error["abortable"]:
+                producer_a.abort_transaction(30)
+        committed = b.committed([TopicPartition(topic, 0)], timeout=15)[0].offset
+    finally:
+        a.close()
+        if b is not None:
+            b.close()
+    if meta_a and meta_b:
+        # API.002: the metadata names the member and generation, refreshed by the rebalance.
+        assert meta_a["group_id"] == group and meta_a["member_id"] and meta_a["generation_id"] >= 1, meta_a
+        assert meta_b["generation_id"] > meta_a["generation_id"], (meta_a, meta_b)
+    assert error is not None, "the zombie's sendOffsetsToTransaction + commit succeeded"
+    assert error["name"] in ("ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID"), error
+    assert committed == 7, f"the group's offset is {committed}, not B's 7"
+
+
+@pytest.mark.requirement("KIP-447.API.001", "KIP-447.FENCE.004")
+def test_replaced_static_member_send_offsets_fenced_client(target, unique):
+    """Static member A1 (group.instance.id I) is replaced by A2 with the same instance id;
+    sending offsets with A1's metadata fails with FENCED_INSTANCE_ID."""
+    require_txn_offset_commit_v3(target)
+    topic, group, instance = unique.topic(), unique.group(), unique.instance_id()
+    client_ops.create_topic(target, topic)
+    producer = _txn_producer(target, unique.transactional_id())
+    a1 = _consumer(target, group, **{"group.instance.id": instance})
+    a2 = None
+    try:
+        a1.subscribe([topic])
+        _wait_assigned(a1, 30)
+        md1 = a1.consumer_group_metadata()
+        a2 = _consumer(target, group, **{"group.instance.id": instance})
+        a2.subscribe([topic])
+        _wait_assigned(a2, 30)
+        producer.begin_transaction()
+        error = None
+        try:
+            producer.send_offsets_to_transaction([TopicPartition(topic, 0, 1)], md1, 30)
+            producer.commit_transaction(30)
+        except KafkaException as exc:
+            error = _offsets_error(exc)
+            if error["abortable"]:
+                producer.abort_transaction(30)
+    finally:
+        for c in (a1, a2):
+            if c is not None:
+                try:
+                    c.close()
+                except Exception:  # noqa: BLE001 - a fenced static member may refuse to close cleanly
+                    pass
+    assert error is not None, "sendOffsetsToTransaction with a replaced static member's metadata succeeded"
+    assert error["name"] == "FENCED_INSTANCE_ID", error
+
+
+@pytest.mark.requirement("KIP-447.COMPAT.001")
+def test_kip447_versions_advertised(target):
+    """KIP-447 needs TxnOffsetCommit v3+ (group fields) and OffsetFetch v7+ (RequireStable);
+    a target without them is reported not supported, never passed."""
+    caps = target.capabilities()
+    toc, of = caps.max_version(28), caps.max_version(9)
+    if toc is None or of is None or toc < 3 or of < 7:
+        raise NotSupportedByTarget(f"TxnOffsetCommit max v{toc}, OffsetFetch max v{of}: KIP-447 needs v3+ / v7+")
+    assert caps.max_version(25) is not None and caps.max_version(22) is not None
