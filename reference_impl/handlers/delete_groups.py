@@ -1,4 +1,9 @@
-"""DeleteGroups (key 42), v0-v2: only Empty (or offsets-only) groups can be deleted."""
+"""DeleteGroups (key 42), v0-v2: only Empty (or offsets-only) groups can be deleted.
+
+A share group id (KIP-932) goes to `state.share_groups`: NON_EMPTY_GROUP while it has
+members, else its records are tombstoned. (Its share-partition state is not deleted from the
+persister yet: share-partition state is initialised by the model itself for now.)
+"""
 
 from __future__ import annotations
 
@@ -16,6 +21,8 @@ def handle_delete_groups(ctx: RequestContext, request) -> object:
     for group_id in dict.fromkeys(request.groups_names):  # duplicates are answered once
         if not is_coordinator(ctx, group_id):
             error = ErrorCode.not_coordinator
+        elif ctx.state.share_groups.group_type(group_id) is not None:
+            ((_, error),) = ctx.state.share_groups.delete_groups([group_id], ctx.now_ms)
         else:
             ((_, error),) = ctx.state.groups.delete_groups([group_id])
         results.append(ctx.nested("DeletableGroupResult", group_id=group_id, error_code=error))

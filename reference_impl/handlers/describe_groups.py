@@ -1,4 +1,8 @@
-"""DescribeGroups (key 15), v0-v6. A missing group reads as Dead; v6 adds GROUP_ID_NOT_FOUND."""
+"""DescribeGroups (key 15), v0-v6. A missing group reads as Dead; v6 adds GROUP_ID_NOT_FOUND.
+
+A share group id (KIP-932) is not a classic group: Dead (v0-v5) or GROUP_ID_NOT_FOUND
+"Group g is not a classic group." (v6), as kafka-native 4.2.1 and 4.4.0 answer.
+"""
 
 from __future__ import annotations
 
@@ -30,11 +34,12 @@ def handle_describe_groups(ctx: RequestContext, request) -> object:
         if not is_coordinator(ctx, group_id):
             described.append(_error_group(ctx, group_id, ErrorCode.not_coordinator))
             continue
-        d = ctx.state.groups.describe_group(group_id)
+        is_share = ctx.state.share_groups.group_type(group_id) is not None
+        d = None if is_share else ctx.state.groups.describe_group(group_id)
         if d is None:
             if ctx.api_version >= 6:
-                described.append(_error_group(ctx, group_id, ErrorCode.group_id_not_found, "Dead",
-                                              f"Group {group_id} not found."))
+                message = f"Group {group_id} is not a classic group." if is_share else f"Group {group_id} not found."
+                described.append(_error_group(ctx, group_id, ErrorCode.group_id_not_found, "Dead", message))
             else:
                 described.append(_error_group(ctx, group_id, ErrorCode.none, "Dead"))
             continue

@@ -1,16 +1,30 @@
-"""FindCoordinator (key 10): which node coordinates a group or a transactional id.
+"""FindCoordinator (key 10): which node coordinates a group, a transactional id or a
+share-partition's state.
 
-Both key types are placed by `ReferenceState.coordinator_for(key)`. v0-v3 carry one
-key; v4+ batch keys (KIP-699) and answer per key. Share coordinators (key type 2) are
-not offered: INVALID_REQUEST, as a Kafka broker without a share coordinator answers.
+Every key type is placed by `ReferenceState.coordinator_for(key)`. v0-v3 carry one
+key; v4+ batch keys (KIP-699) and answer per key.
+
+Share coordinator keys (key type 2, KIP-932) follow Kafka 4.x's rules (checked on
+kafka-native 4.2.1 and 4.4.0): below v6 every key is INVALID_REQUEST; from v6 a key must
+read `groupId:topicId:partition` (Kafka's SharePartitionKey.validate: exactly three
+`:`-separated tokens, a non-blank group id, a base64 Kafka Uuid, a Java int - the
+partition is not range-checked), else that key is INVALID_REQUEST. A valid key is placed
+by its canonical form (trimmed group id, the Uuid's string, the int), as Kafka hashes
+`SharePartitionKey.asCoordinatorKey()`.
 """
 
 from __future__ import annotations
+
+import base64
+import binascii
+import re
+import uuid
 
 from kio.schema.errors import ErrorCode
 
 from reference_impl.handlers._group_common import NO_THROTTLE
 from reference_impl.handlers.registry import RequestContext, handles
+from reference_impl.model.share_state_records import kafka_uuid_str
 from reference_impl.protocol import payloads
 
 API_KEY = 10
@@ -27,9 +41,39 @@ _MESSAGES = {
 }
 
 
+_INT_RE = re.compile(r"[+-]?[0-9]+")
+_INT32 = range(-(2**31), 2**31)
+
+
+def share_coordinator_key(key: str | None) -> str | None:
+    """The canonical form of a share coordinator key, or None when Kafka rejects it."""
+    if not key:
+        return None
+    tokens = key.split(":")
+    while tokens and tokens[-1] == "":  # Java's String.split drops trailing empty strings
+        tokens.pop()
+    if len(tokens) != 3:
+        return None
+    group_id, topic_id, partition = tokens[0].strip(), tokens[1], tokens[2]
+    if not group_id or len(topic_id) > 24 or not _INT_RE.fullmatch(partition) or int(partition) not in _INT32:
+        return None
+    try:
+        raw = base64.b64decode(topic_id + "=" * (-len(topic_id) % 4), altchars=b"-_", validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    if len(raw) != 16:
+        return None
+    return f"{group_id}:{kafka_uuid_str(uuid.UUID(bytes=raw))}:{int(partition)}"
+
+
 def _locate(ctx: RequestContext, key_type: int, key: str) -> tuple[ErrorCode, int, str, int]:
-    if key_type not in (GROUP, TRANSACTION):
-        return ErrorCode.invalid_request, -1, "", -1  # share: no share coordinator here
+    if key_type == SHARE:
+        canonical = share_coordinator_key(key) if ctx.api_version >= 6 else None
+        if canonical is None or getattr(ctx.state, "share_coordinator", None) is None:
+            return ErrorCode.invalid_request, -1, "", -1
+        key = canonical
+    elif key_type not in (GROUP, TRANSACTION):
+        return ErrorCode.invalid_request, -1, "", -1
     node_id = ctx.state.coordinator_for(key)
     endpoint = ctx.state.nodes.get(node_id)
     if endpoint is None or node_id not in ctx.state.alive:

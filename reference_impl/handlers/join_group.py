@@ -2,6 +2,10 @@
 
 The model parks a JoinGroup until the join phase completes; this handler waits on the
 runtime for the model's `Pending` result, so other connections keep being served.
+
+The group id namespace is shared with share groups (KIP-932): a JoinGroup on a share group
+id answers INCONSISTENT_GROUP_PROTOCOL with an empty member id and generation -1, whatever
+its member id or protocol type (as kafka-native 4.2.1 and 4.4.0 answer).
 """
 
 from __future__ import annotations
@@ -52,6 +56,8 @@ async def handle_join_group(ctx: RequestContext, request) -> object:
     )
     if prechecks_pass and not is_coordinator(ctx, request.group_id):
         return _response(ctx, JoinResult(ErrorCode.not_coordinator))
+    if prechecks_pass and ctx.state.share_groups.group_type(request.group_id) is not None:
+        return _response(ctx, JoinResult(ErrorCode.inconsistent_group_protocol, member_id=""))
     pending = groups.join_group(
         request.group_id,
         request.member_id,

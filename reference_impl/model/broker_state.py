@@ -39,11 +39,27 @@ class BrokerConfig:
     producer_id_expiration_ms: int = 86_400_000  # producer.id.expiration.ms
     producer_id_expiration_check_interval_ms: int = 600_000
     transaction: TransactionConfig = field(default_factory=TransactionConfig)
+    # Share groups (KIP-932), Kafka 4.2 names and defaults.
+    group_share_session_timeout_ms: int = 45_000  # group.share.session.timeout.ms
+    group_share_heartbeat_interval_ms: int = 5_000  # group.share.heartbeat.interval.ms
+    group_share_max_size: int = 200  # group.share.max.size
+    group_share_initialize_retry_interval_ms: int = 30_000  # group.share.initialize.retry.interval.ms
     # Finalized feature levels advertised in ApiVersions. transaction.version=1 emulates a
-    # cluster without KIP-890 part 2; 2 is Kafka 4.x's default.
-    finalized_features: dict[str, int] = field(default_factory=lambda: {"transaction.version": 2})
+    # cluster without KIP-890 part 2; 2 is Kafka 4.x's default. share.version=1 is what
+    # Kafka 4.2 finalizes (share groups on); 0 turns the share-group APIs off
+    # (UNSUPPORTED_VERSION), as on a cluster that did not enable them.
+    finalized_features: dict[str, int] = field(
+        default_factory=lambda: {"transaction.version": 2, "share.version": 1}
+    )
     # Feature ranges the broker supports: name -> (min, max).
-    supported_features: dict[str, tuple[int, int]] = field(default_factory=lambda: {"transaction.version": (0, 2)})
+    supported_features: dict[str, tuple[int, int]] = field(
+        default_factory=lambda: {"transaction.version": (0, 2), "share.version": (0, 1)}
+    )
+
+    @property
+    def share_groups_enabled(self) -> bool:
+        """Kafka's isShareGroupProtocolEnabled: share.version >= 1 is finalized."""
+        return int(self.finalized_features.get("share.version", 0)) >= 1
 
 
 def stable_hash(key: str) -> int:
@@ -60,6 +76,8 @@ class ReferenceState:
         from reference_impl.model.producer_ids import ProducerIdManager
         from reference_impl.model.producer_state import ProducerStateManager
         from reference_impl.model.share_coordinator import ShareCoordinator, topic_exists_in
+        from reference_impl.model.share_partition_manager import SharePartitionManager
+        from reference_impl.model.share_group import ShareGroupCoordinator
         from reference_impl.model.topics import TopicRegistry
         from reference_impl.model.transaction_coordinator import TransactionCoordinator
 
@@ -70,9 +88,25 @@ class ReferenceState:
         self.topics = TopicRegistry(sorted(self.nodes), clock, self.config)
         self.topics.producer_state_factory = lambda topic, partition: ProducerStateManager(self.config)
         self.groups = GroupCoordinator(sorted(self.nodes), clock, self.config)
-        # The share coordinator's persister state (`__share_group_state` semantics); the share
-        # group coordinator and share-partition leaders join it with the share-group issue.
+        # Share groups (KIP-932) share the group-id namespace with classic groups: a share
+        # heartbeat on a classic group id is GROUP_ID_NOT_FOUND (the `other_group_type` hook),
+        # JoinGroup on a share group id is INCONSISTENT_GROUP_PROTOCOL (`group_type`, checked
+        # by the classic handlers). Share-partition state is initialised by the coordinator
+        # itself for now (`auto_initialize`); InitializeShareGroupState to the persister is
+        # not yet called on first assignment.
+        self.share_groups = ShareGroupCoordinator(
+            sorted(self.nodes),
+            clock,
+            self.config,
+            self.topics,
+            other_group_type=lambda group_id: "classic" if group_id in self.groups.groups else None,
+            auto_initialize=True,
+        )
+        # The share coordinator's persister state (`__share_group_state` semantics). The share
+        # group coordinator above does not call it yet (see `auto_initialize`).
         self.share_coordinator = ShareCoordinator(clock, topic_exists=topic_exists_in(self.topics))
+        # Share-partition leaders and share sessions (ShareFetch / ShareAcknowledge).
+        self.share_partitions = SharePartitionManager(self.share_coordinator)
         self.producer_ids = ProducerIdManager()
         self.transactions = TransactionCoordinator(
             sorted(self.nodes), clock, self.config, self.topics, self.groups, producer_ids=self.producer_ids
@@ -87,9 +121,23 @@ class ReferenceState:
         ids = sorted(self.nodes)
         return ids[stable_hash(key) % len(ids)]
 
+    def group_type(self, group_id: str) -> str | None:
+        """Which coordinator owns a group id: "share", "classic", or None (no such group)."""
+        if self.share_groups.group_type(group_id) is not None:
+            return "share"
+        if group_id in self.groups.groups:
+            return "classic"
+        return None
+
     def tick(self) -> None:
         """Fire due timers (session timeouts, rebalance deadlines, ...)."""
         now = self.clock.now_ms()
         self.topics.tick(now)
         self.groups.tick(now)
+        self.share_groups.tick(now)
+        self.share_partitions.tick(now)
         self.transactions.tick(now)
+
+    def on_disconnect(self, connection_id: int) -> None:
+        """A client connection closed: its share sessions end and release their records."""
+        self.share_partitions.release_connection(connection_id)

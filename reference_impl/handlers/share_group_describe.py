@@ -1,0 +1,82 @@
+"""ShareGroupDescribe (key 77), v1 (KIP-932).
+
+As Kafka answers (checked on kafka-native 4.2.1 and 4.4.0): an empty group id is
+INVALID_GROUP_ID (no message) and is listed first, on any node; a group this node does not
+coordinate is NOT_COORDINATOR ("This is not the correct coordinator."); the rest comes from
+the model (`state.share_groups.describe`): GROUP_ID_NOT_FOUND for a missing group ("Group g
+not found.") or a classic group id ("Group g is not a share group." in 4.2; 4.4 answers
+"Group g not found."); otherwise state, epochs, assignor "simple" and the members with their
+assignments (topic id, topic name, partitions). Authorized operations are sent only when
+asked for (no authorizer: every group operation), else the null marker -2^31.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from reference_impl.handlers._group_common import NO_THROTTLE, is_coordinator
+from reference_impl.handlers.describe_groups import AUTHORIZED_OPERATIONS_OMITTED, GROUP_AUTHORIZED_OPERATIONS
+from reference_impl.handlers.registry import RequestContext, handles
+
+API_KEY = 77
+NOT_COORDINATOR_MESSAGE = "This is not the correct coordinator."
+
+
+def _error_group(ctx: RequestContext, group_id: str, error: ErrorCode, message: str | None = None) -> Any:
+    return ctx.nested(
+        "DescribedGroup", error_code=error, error_message=message, group_id=group_id, group_state="",
+        group_epoch=0, assignment_epoch=0, assignor_name="", members=(),
+        authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+    )
+
+
+def _assignment(ctx: RequestContext, partitions) -> Any:
+    topics = ctx.state.topics
+    return ctx.nested("Assignment", topic_partitions=tuple(
+        ctx.nested("TopicPartitions", topic_id=topic_id, topic_name=topics.name_for_id(topic_id) or "",
+                   partitions=tuple(ps))
+        for topic_id, ps in partitions
+    ))
+
+
+@handles(API_KEY, 1, 1)
+def handle_share_group_describe(ctx: RequestContext, request) -> object:
+    if not ctx.state.config.share_groups_enabled:
+        return ctx.response(throttle_time=NO_THROTTLE, groups=tuple(
+            _error_group(ctx, g, ErrorCode.unsupported_version) for g in request.group_ids
+        ))
+    include_ops = bool(request.include_authorized_operations)
+    invalid = [g for g in request.group_ids if not g]
+    valid = [g for g in request.group_ids if g]
+    described = [_error_group(ctx, g or "", ErrorCode.invalid_group_id) for g in invalid]
+    for group_id in valid:
+        if not is_coordinator(ctx, group_id):
+            described.append(_error_group(ctx, group_id, ErrorCode.not_coordinator, NOT_COORDINATOR_MESSAGE))
+            continue
+        (d,) = ctx.state.share_groups.describe([group_id], ctx.now_ms)
+        if d.error != ErrorCode.none:
+            described.append(_error_group(ctx, group_id, d.error, d.error_message))
+            continue
+        described.append(ctx.nested(
+            "DescribedGroup",
+            error_code=ErrorCode.none,
+            error_message=None,
+            group_id=group_id,
+            group_state=d.state,
+            group_epoch=d.group_epoch,
+            assignment_epoch=d.assignment_epoch,
+            assignor_name=d.assignor_name,
+            members=tuple(
+                ctx.nested(
+                    "Member", member_id=m.member_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
+                    client_id=m.client_id, client_host=m.client_host,
+                    subscribed_topic_names=tuple(m.subscribed_topic_names),
+                    assignment=_assignment(ctx, m.assignment),
+                )
+                for m in d.members
+            ),
+            authorized_operations=GROUP_AUTHORIZED_OPERATIONS if include_ops else AUTHORIZED_OPERATIONS_OMITTED,
+        ))
+    return ctx.response(throttle_time=NO_THROTTLE, groups=tuple(described))
