@@ -138,6 +138,11 @@ class ReferenceState:
         self.share_partitions.tick(now)
         self.transactions.tick(now)
 
+    def on_node_restart(self, node_id: int) -> None:
+        """A stopped node starts again: the transactional ids it coordinates are reloaded from
+        the transaction log (COORDINATOR_LOAD_IN_PROGRESS for `load_duration_ms`)."""
+        self.transactions.begin_load(lambda tid: self.coordinator_for(tid) == node_id, self.clock.now_ms())
+
     def on_disconnect(self, connection_id: int) -> None:
         """A client connection closed: its share sessions end and release their records."""
         self.share_partitions.release_connection(connection_id)

@@ -24,6 +24,10 @@ TransactionStateManager / TransactionMarkerChannelManager:
   ABORT control batch to the log directly (`PartitionLog.append_marker`), and asks
   the group coordinator to complete pending transactional offsets for participating
   groups. A partition without a live leader keeps its marker pending (Kafka retries).
+* Coordinator node restart (`begin_load`, called through `ReferenceState.on_node_restart`):
+  the restarted node's transactional ids are rebuilt from the log and, for the model-only
+  `TransactionConfig.load_duration_ms`, answer COORDINATOR_LOAD_IN_PROGRESS, as Kafka does
+  while it loads a __transaction_state partition; their timers resume when the load ends.
 * PrepareEpochFence is, as in Kafka, only a pending (never logged) state: fencing an
   open transaction (InitProducerId while Ongoing, or the transaction timeout) bumps
   the epoch once and writes PrepareAbort directly.
@@ -40,7 +44,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from kio.schema.errors import ErrorCode
 
@@ -98,6 +102,11 @@ class TransactionConfig:
     # Model-only: delay between the durable decision and the markers being written.
     # 0 = at the next tick; None = within the EndTxn/abort itself.
     marker_delay_ms: int | None = 0
+    # Model-only (Kafka has no such config): how long a restarted coordinator node spends
+    # loading its transactional ids from the transaction log, answering
+    # COORDINATOR_LOAD_IN_PROGRESS meanwhile, as Kafka does while it loads a
+    # __transaction_state partition (whose duration depends on the log's size).
+    load_duration_ms: int = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +201,8 @@ class TransactionCoordinator:
         self._next_abort_scan_ms = now + self.txn_config.transaction_abort_timed_out_transaction_cleanup_interval_ms
         self._next_expiration_scan_ms = now + self.txn_config.transaction_remove_expired_transaction_cleanup_interval_ms
         self.version = 0  # bumped on every change (waiters compare it)
+        # Loads in progress after a coordinator node restart: (owns(tid), load end time).
+        self._loads: list[tuple[Callable[[str], bool], int]] = []
         if log is not None:
             for record in log:
                 self.log.append(record)
@@ -300,6 +311,49 @@ class TransactionCoordinator:
         """Kafka's pendingTransitionInProgress: markers of a decided transaction are in flight."""
         return value.state.is_prepare
 
+    # -- loading (coordinator node restart) ------------------------------------------------
+
+    def begin_load(self, owns: Callable[[str], bool], now_ms: int | None = None) -> list[str]:
+        """A node coordinating the transactional ids for which `owns(tid)` is true restarted:
+        their state is dropped and rebuilt by replaying the transaction log (as Kafka's
+        TransactionStateManager.loadTransactionsForTxnTopicPartition), the coordinator epoch
+        is raised, and until now + `load_duration_ms` requests for those ids (also ids not
+        yet known) answer COORDINATOR_LOAD_IN_PROGRESS and their timers wait. When the load
+        ends (`tick`), pending markers are sent and timed-out transactions aborted.
+        Returns the transactional ids loaded."""
+        now = self._now(now_ms)
+        for tid in [t for t in self._cache if owns(t)]:
+            self._cache.pop(tid, None)
+            self._pending_markers.pop(tid, None)
+        for record in self.log:
+            if owns(record.key.transactional_id):
+                self.replay(record)
+        self.coordinator_epoch += 1
+        self._loads.append((owns, now + self.txn_config.load_duration_ms))
+        self.version += 1
+        return sorted(t for t in self._cache if owns(t))
+
+    def is_loading(self, transactional_id: str, now_ms: int | None = None) -> bool:
+        if not self._loads or not transactional_id:
+            return False
+        now = self._now(now_ms)
+        return any(now < until and owns(transactional_id) for owns, until in self._loads)
+
+    def _finish_loads(self, now: int) -> None:
+        done = [(owns, until) for owns, until in self._loads if now >= until]
+        if not done:
+            return
+        self._loads = [(owns, until) for owns, until in self._loads if now < until]
+        for owns, _ in done:
+            # Kafka completes loaded Prepare* transactions (markers) and its abort scan
+            # then aborts transactions that timed out while the coordinator was away.
+            for tid in [t for t in self._pending_markers if owns(t)]:
+                self._send_markers(tid, now)
+            for tid in self.timed_out_transactions(now):
+                if owns(tid) and not self.is_loading(tid, now) and not self._in_flight(self._cache[tid]):
+                    self._fence_and_abort(tid, self._cache[tid], now)
+        self.version += 1
+
     # -- InitProducerId (22) ---------------------------------------------------------------
 
     def init_producer_id(
@@ -321,6 +375,8 @@ class TransactionCoordinator:
             return InitProducerIdResult(ErrorCode.invalid_request)
         if not self.validate_transaction_timeout(transaction_timeout_ms):
             return InitProducerIdResult(ErrorCode.invalid_transaction_timeout)
+        if self.is_loading(transactional_id, now):
+            return InitProducerIdResult(ErrorCode.coordinator_load_in_progress)
 
         current = self._cache.get(transactional_id)
         if current is None:
@@ -403,6 +459,8 @@ class TransactionCoordinator:
         now = self._now(now_ms)
         if not transactional_id:
             return ErrorCode.invalid_request
+        if self.is_loading(transactional_id, now):
+            return ErrorCode.coordinator_load_in_progress
         current = self._cache.get(transactional_id)
         if current is None:
             return ErrorCode.invalid_producer_id_mapping
@@ -458,6 +516,8 @@ class TransactionCoordinator:
         keys: list[tuple[str, int] | str] = [*partitions, *groups]
         if not transactional_id:
             return {k: ErrorCode.invalid_request for k in keys}
+        if self.is_loading(transactional_id):
+            return {k: ErrorCode.coordinator_load_in_progress for k in keys}
         current = self._cache.get(transactional_id)
         error: ErrorCode | None = None
         if current is None or current.producer_id != producer_id:
@@ -531,9 +591,12 @@ class TransactionCoordinator:
     ) -> EndTxnResult:
         """EndTxn from a client. TV2 (`client_transaction_version` >= 2) bumps the epoch and
         answers the producer id/epoch to use next; TV1 answers -1/-1."""
+        now = self._now(now_ms)
+        if self.is_loading(transactional_id, now):
+            return EndTxnResult(ErrorCode.coordinator_load_in_progress)
         return self._end_transaction(
             transactional_id, producer_id, producer_epoch, committed,
-            from_client=True, tv=client_transaction_version, fence=False, now=self._now(now_ms),
+            from_client=True, tv=client_transaction_version, fence=False, now=now,
         )
 
     def _end_transaction(
@@ -782,7 +845,11 @@ class TransactionCoordinator:
     def tick(self, now_ms: int | None = None) -> None:
         """Pending markers, transaction timeouts, transactional id expiration."""
         now = self._now(now_ms)
-        for tid in [t for t in self._pending_markers if self._markers_due(self._cache[t], now)]:
+        self._finish_loads(now)
+        for tid in [
+            t for t in self._pending_markers
+            if self._markers_due(self._cache[t], now) and not self.is_loading(t, now)
+        ]:
             self._send_markers(tid, now)
         cfg = self.txn_config
         if now >= self._next_abort_scan_ms:
@@ -805,7 +872,7 @@ class TransactionCoordinator:
         aborted = []
         for tid in self.timed_out_transactions(now):
             current = self._cache[tid]
-            if self._in_flight(current):
+            if self._in_flight(current) or self.is_loading(tid, now):
                 continue
             if self._fence_and_abort(tid, current, now).error == ErrorCode.none:
                 aborted.append(tid)
@@ -819,6 +886,7 @@ class TransactionCoordinator:
         expired = [
             tid for tid, v in sorted(self._cache.items())
             if v.state.expiration_allowed and v.transaction_last_update_timestamp_ms <= limit
+            and not self.is_loading(tid, now)
         ]
         for tid in expired:
             check_transition(self._cache[tid].state, S.DEAD)
@@ -830,6 +898,8 @@ class TransactionCoordinator:
     def describe(self, transactional_id: str) -> TransactionDescription:
         if not transactional_id:
             return TransactionDescription(transactional_id, ErrorCode.invalid_request)
+        if self.is_loading(transactional_id):
+            return TransactionDescription(transactional_id, ErrorCode.coordinator_load_in_progress)
         v = self._cache.get(transactional_id)
         if v is None or v.state is S.DEAD:
             return TransactionDescription(transactional_id, ErrorCode.transactional_id_not_found)

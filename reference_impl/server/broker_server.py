@@ -115,6 +115,7 @@ class ReferenceCluster:
             return
         ep = self.state.nodes[node_id]
         self._sockets[node_id] = _bind(self.host, ep.port)
+        self.state.on_node_restart(node_id)
         await self._listen(node_id)
         self.state.alive.add(node_id)
 
