@@ -28,18 +28,6 @@ WAIT = datetime.timedelta(milliseconds=0)
 TS = 1_700_000_000_000
 
 
-@pytest.fixture(scope="module", params=[1, 3], ids=["brokers=1", "brokers=3"])
-def cluster(request):
-    with ThreadedReferenceCluster(brokers=request.param) as c:
-        yield c
-
-
-@pytest.fixture()
-def client(cluster):
-    with ClusterClient(cluster.bootstrap_servers) as cc:
-        yield cc
-
-
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 

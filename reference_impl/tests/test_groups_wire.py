@@ -26,18 +26,6 @@ SESSION = datetime.timedelta(milliseconds=10_000)
 REBALANCE = datetime.timedelta(milliseconds=10_000)
 
 
-@pytest.fixture(scope="module", params=[1, 3], ids=["brokers=1", "brokers=3"])
-def cluster(request):
-    with ThreadedReferenceCluster(brokers=request.param) as c:
-        yield c
-
-
-@pytest.fixture()
-def client(cluster):
-    with ClusterClient(cluster.bootstrap_servers) as cc:
-        yield cc
-
-
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 

@@ -25,18 +25,6 @@ TXN_OFFSET_COMMIT, INIT_PRODUCER_ID, ADD_OFFSETS_TO_TXN = 28, 22, 25
 DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
 
 
-@pytest.fixture(scope="module", params=[1, 3], ids=["brokers=1", "brokers=3"])
-def cluster(request):
-    with ThreadedReferenceCluster(brokers=request.param) as c:
-        yield c
-
-
-@pytest.fixture()
-def client(cluster):
-    with ClusterClient(cluster.bootstrap_servers) as cc:
-        yield cc
-
-
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
