@@ -5,8 +5,11 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from reference_impl.handlers.registry import RequestContext
-from reference_impl.model.group_coordinator import NEW_MEMBER_JOIN_TIMEOUT_MS
+from reference_impl.model.group_coordinator import NEW_MEMBER_JOIN_TIMEOUT_MS, OffsetCommitEntry
+from reference_impl.protocol import payloads
 
 NO_THROTTLE = datetime.timedelta(0)
 _MS = datetime.timedelta(milliseconds=1)
@@ -36,3 +39,27 @@ def client_host(ctx: RequestContext) -> str:
 def join_wait_ms(session_timeout_ms: int, rebalance_timeout_ms: int) -> int:
     """Upper bound for a parked JoinGroup: the model always completes it before this."""
     return max(session_timeout_ms, rebalance_timeout_ms, 0) * 2 + NEW_MEMBER_JOIN_TIMEOUT_MS + WAIT_SLACK_MS
+
+
+def split_known_partitions(ctx: RequestContext, request_topics) -> tuple[dict[str, list[tuple[int, ErrorCode]]], list[OffsetCommitEntry]]:
+    """Offset commit entries of existing partitions, and UNKNOWN_TOPIC_OR_PARTITION results
+    (topic -> [(partition, error)]) for the rest, in the order Kafka's response builder adds
+    them. Shared by OffsetCommit and TxnOffsetCommit, which validate topics the same way."""
+    topics = ctx.state.topics
+    results: dict[str, list[tuple[int, ErrorCode]]] = {}
+    valid: list[OffsetCommitEntry] = []
+    for topic in request_topics:
+        known = topics.get(topic.name)
+        for p in topic.partitions:
+            index = int(p.partition_index)
+            if known is None or known.partition(index) is None:
+                results.setdefault(topic.name, []).append((index, ErrorCode.unknown_topic_or_partition))
+            else:
+                valid.append(OffsetCommitEntry(
+                    topic=topic.name,
+                    partition=index,
+                    offset=int(p.committed_offset),
+                    leader_epoch=int(payloads.get(p, "committed_leader_epoch", -1)),
+                    metadata=p.committed_metadata,
+                ))
+    return results, valid

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from reference_impl.handlers._group_common import NO_THROTTLE, is_coordinator, millis
+from reference_impl.handlers._group_common import NO_THROTTLE, is_coordinator, millis, split_known_partitions
 from reference_impl.handlers.registry import RequestContext, handles
-from reference_impl.model.group_coordinator import OffsetCommitEntry
 from reference_impl.protocol import payloads
 
 API_KEY = 8
@@ -19,24 +18,7 @@ API_KEY = 8
 
 @handles(API_KEY, 2, 9)
 def handle_offset_commit(ctx: RequestContext, request) -> object:
-    topics = ctx.state.topics
-    # topic name -> [(partition, error)], in the order Kafka's response builder adds them.
-    results: dict[str, list[tuple[int, ErrorCode]]] = {}
-    valid: list[OffsetCommitEntry] = []
-    for topic in request.topics:
-        known = topics.get(topic.name)
-        for p in topic.partitions:
-            index = int(p.partition_index)
-            if known is None or known.partition(index) is None:
-                results.setdefault(topic.name, []).append((index, ErrorCode.unknown_topic_or_partition))
-            else:
-                valid.append(OffsetCommitEntry(
-                    topic=topic.name,
-                    partition=index,
-                    offset=int(p.committed_offset),
-                    leader_epoch=int(payloads.get(p, "committed_leader_epoch", -1)),
-                    metadata=p.committed_metadata,
-                ))
+    results, valid = split_known_partitions(ctx, request.topics)
     if valid:
         if not is_coordinator(ctx, request.group_id):
             errors = [ErrorCode.not_coordinator] * len(valid)
