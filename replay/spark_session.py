@@ -1,0 +1,72 @@
+"""One place that makes the SparkSession for the trace jobs (`kipcheck diff`, `kipcheck check`).
+
+Local mode (`local[2]`) unless told otherwise. Under `spark-submit --master URL` the master
+is already set in the Spark conf, and `--master` on our own CLI sets it explicitly; either
+way the job code is the same. On a non-local master the kipcheck packages are zipped and
+shipped with `addPyFile`, because grouped-map functions run our reference models on the
+executors, which do not have kipcheck installed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+DEFAULT_MASTER = "local[2]"
+PACKAGES = ("replay", "reference_impl", "chaos", "conformance", "fixtures")
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _quiet_java_options() -> str:
+    # Spark 4 on Java 17 needs no --add-opens for our use; keep the driver's log noise low.
+    return "-Dlog4j2.level=WARN"
+
+
+def package_zip(dest_dir: str | None = None) -> str:
+    """Zip the kipcheck packages (sources only) for shipping to executors."""
+    dest = Path(dest_dir or tempfile.mkdtemp(prefix="kipcheck-pyfiles-")) / "kipcheck_packages.zip"
+    with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as zf:
+        for pkg in PACKAGES:
+            for path in sorted((_ROOT / pkg).rglob("*")):
+                if path.suffix in (".py", ".yaml") and "__pycache__" not in path.parts and "tests" not in path.parts:
+                    zf.write(path, path.relative_to(_ROOT).as_posix())
+    return str(dest)
+
+
+def get_spark(app_name: str, master: str | None = None, conf: dict[str, str] | None = None) -> Any:
+    """The active SparkSession, or a new one.
+
+    master: explicit master URL; None keeps what spark-submit configured, else local[2].
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark import SparkConf
+    from pyspark.sql import SparkSession
+
+    base = SparkConf()
+    if (master or base.get("spark.master", DEFAULT_MASTER)).startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    elif not base.contains("spark.master"):
+        builder = builder.master(DEFAULT_MASTER)
+    defaults = {
+        "spark.sql.shuffle.partitions": "8",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.ui.enabled": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.driver.extraJavaOptions": _quiet_java_options(),
+    }
+    for key, value in {**defaults, **(conf or {})}.items():
+        if not base.contains(key):
+            builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    if not spark.sparkContext.master.startswith("local"):
+        spark.sparkContext.addPyFile(package_zip())
+    return spark
