@@ -12,6 +12,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from reference_impl.model.clock import Clock
+from reference_impl.model.share_partition_config import SharePartitionConfig
 from reference_impl.model.transaction_coordinator import TransactionConfig
 
 
@@ -44,6 +45,11 @@ class BrokerConfig:
     group_share_heartbeat_interval_ms: int = 5_000  # group.share.heartbeat.interval.ms
     group_share_max_size: int = 200  # group.share.max.size
     group_share_initialize_retry_interval_ms: int = 30_000  # group.share.initialize.retry.interval.ms
+    # group.share.* settings of the share-partition leaders. Kafka 4.4.0 (observed) keeps the
+    # delivery count of records released when a session closes.
+    share_partition: SharePartitionConfig = field(
+        default_factory=lambda: SharePartitionConfig(release_on_close_decrements_delivery_count=False)
+    )
     # Finalized feature levels advertised in ApiVersions. transaction.version=1 emulates a
     # cluster without KIP-890 part 2; 2 is Kafka 4.x's default. share.version=1 is what
     # Kafka 4.2 finalizes (share groups on); 0 turns the share-group APIs off
@@ -72,6 +78,7 @@ class ReferenceState:
     def __init__(self, nodes: list[NodeEndpoint], clock: Clock, config: BrokerConfig | None = None):
         if not nodes:
             raise ValueError("a cluster needs at least one node")
+        from reference_impl.model.group_configs import GroupConfigBounds, GroupConfigs
         from reference_impl.model.group_coordinator import GroupCoordinator
         from reference_impl.model.producer_ids import ProducerIdManager
         from reference_impl.model.producer_state import ProducerStateManager
@@ -88,6 +95,8 @@ class ReferenceState:
         self.topics = TopicRegistry(sorted(self.nodes), clock, self.config)
         self.topics.producer_state_factory = lambda topic, partition: ProducerStateManager(self.config)
         self.groups = GroupCoordinator(sorted(self.nodes), clock, self.config)
+        # Dynamic group configs (IncrementalAlterConfigs on the GROUP resource).
+        self.group_configs = GroupConfigs(GroupConfigBounds(self.config.share_partition))
         # Share groups (KIP-932) share the group-id namespace with classic groups: a share
         # heartbeat on a classic group id is GROUP_ID_NOT_FOUND (the `other_group_type` hook),
         # JoinGroup on a share group id is INCONSISTENT_GROUP_PROTOCOL (`group_type`, checked
@@ -101,12 +110,14 @@ class ReferenceState:
             self.topics,
             other_group_type=lambda group_id: "classic" if group_id in self.groups.groups else None,
             auto_initialize=True,
+            group_config=self.group_configs.get,
         )
         # The share coordinator's persister state (`__share_group_state` semantics). The share
         # group coordinator above does not call it yet (see `auto_initialize`).
         self.share_coordinator = ShareCoordinator(clock, topic_exists=topic_exists_in(self.topics))
         # Share-partition leaders and share sessions (ShareFetch / ShareAcknowledge).
-        self.share_partitions = SharePartitionManager(self.share_coordinator)
+        self.share_partitions = SharePartitionManager(self.share_coordinator, self.config.share_partition)
+        self.share_partitions.group_configs = self.group_configs.all
         self.producer_ids = ProducerIdManager()
         self.transactions = TransactionCoordinator(
             sorted(self.nodes), clock, self.config, self.topics, self.groups, producer_ids=self.producer_ids

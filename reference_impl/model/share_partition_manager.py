@@ -108,6 +108,11 @@ class SharePartitionManager:
         g = self.group_configs.setdefault(group_id, {})
         for name, value in configs.items():
             g[name.replace("_", ".")] = value
+        self.refresh_group_config(group_id)
+
+    def refresh_group_config(self, group_id: str) -> None:
+        """Group configs changed: existing share-partitions of the group use them from now
+        on (Kafka reads the group's lock duration and isolation level at each acquisition)."""
         for (gid, _t, _p), sp in self.partitions.items():
             if gid == group_id:
                 sp.config = self.config_for(group_id)

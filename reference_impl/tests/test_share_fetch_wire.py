@@ -14,7 +14,6 @@ the broker offers it; otherwise it just uses a fresh member id.
 
 from __future__ import annotations
 
-import base64
 import datetime
 import time
 import uuid
@@ -23,9 +22,10 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
+from conformance import share_ops
+from conformance.share_ops import ack_codes, acquired, nested, new_member_id, partition_data
 from reference_impl.client.raw_client import ClusterClient, RawClient
 from reference_impl.handlers.share_fetch import share_manager
-from reference_impl.protocol import framing, payloads
 from reference_impl.protocol import records as r
 from reference_impl.server.broker_server import ThreadedReferenceCluster
 
@@ -38,15 +38,6 @@ E = ErrorCode
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def new_member_id() -> str:
-    """A member id as Kafka clients make them (Uuid.toString: URL-safe base64, no padding)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-
-
-def nested(api_key: int, version: int, class_name: str, /, **fields):
-    return payloads.build(payloads.nested(framing.request_schema(api_key, version), class_name), **fields)
 
 
 def create_topic(client: ClusterClient, name: str, partitions: int = 1) -> uuid.UUID:
@@ -68,16 +59,7 @@ def create_topic(client: ClusterClient, name: str, partitions: int = 1) -> uuid.
         time.sleep(0.1)
 
 
-def produce(client: ClusterClient, topic: str, values: list[bytes], partition: int = 0) -> int:
-    node = client.leader_for(topic, partition)
-    req = payloads.build(
-        framing.request_schema(0, 9), transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=5),
-        topic_data=(nested(0, 9, "TopicProduceData", name=topic, partition_data=(
-            nested(0, 9, "PartitionProduceData", index=partition, records=r.build_batch(values)),)),),
-    )
-    resp = node.send(req).responses[0].partition_responses[0]
-    assert resp.error_code == E.none, resp
-    return int(resp.base_offset)
+produce = share_ops.produce_values
 
 
 def leader_node(client: ClusterClient, topic: str, partition: int = 0) -> RawClient:
@@ -85,126 +67,31 @@ def leader_node(client: ClusterClient, topic: str, partition: int = 0) -> RawCli
 
 
 def set_group_configs(client: ClusterClient, group: str, configs: dict[str, str], state: Any = None) -> None:
-    """share.* group configs: on the reference straight into its share-partition manager,
-    elsewhere with IncrementalAlterConfigs on the GROUP resource (type 32)."""
-    if state is not None:
+    """Group configs over the wire; with `state`, straight into the reference model, for
+    values below the broker's minimum (a 300 ms lock) that the wire rightly refuses."""
+    if state is None:
+        share_ops.set_group_configs(client, group, configs)
+    else:
         share_manager(state).set_group_config(group, **{k.replace(".", "_"): v for k, v in configs.items()})
-        return
-    resp = client.bootstrap.request(
-        44, 1,
-        resources=(nested(44, 1, "AlterConfigsResource", resource_type=32, resource_name=group, configs=tuple(
-            nested(44, 1, "AlterableConfig", name=k, config_operation=0, value=v) for k, v in configs.items())),),
-        validate_only=False,
-    )
-    assert resp.responses[0].error_code == E.none, resp
 
 
 def join_share_group(client: ClusterClient, group: str, topics: list[str], wait_s: float = 30.0) -> str:
-    """A member id for `group`: joined with ShareGroupHeartbeat (until it has an
-    assignment) when the cluster supports it, else simply a new id."""
-    member = new_member_id()
+    """A member id for `group`: joined when the cluster offers ShareGroupHeartbeat, else a new id."""
     if client.bootstrap.negotiate(76, 1) is None:
-        return member
-    coord = client.coordinator_for(group, 0, wait_s=wait_s)
-    epoch = 0
-    deadline = time.monotonic() + wait_s
-    while True:
-        resp = coord.request(76, 1, group_id=group, member_id=member, member_epoch=epoch, rack_id=None,
-                             subscribed_topic_names=tuple(topics) if epoch == 0 else None)
-        if resp.error_code in (E.not_coordinator, E.coordinator_not_available, E.coordinator_load_in_progress) \
-                and time.monotonic() < deadline:
-            time.sleep(0.2)  # a fresh Kafka is still creating/loading its coordinators
-            coord = client.coordinator_for(group, 0, wait_s=wait_s)
-            continue
-        assert resp.error_code == E.none, resp
-        epoch = int(resp.member_epoch)
-        if resp.assignment is not None and any(tp.partitions for tp in resp.assignment.topic_partitions):
-            return member
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no assignment for {member} in {group}")
-        time.sleep(0.2)
+        return new_member_id()
+    return share_ops.join_share_group(client, group, topics, wait_s)[0]
 
 
-def share_fetch(
-    node: RawClient, group: str, member: str, epoch: int, parts: list[tuple[uuid.UUID, int]] = (), *,
-    acks: dict[tuple[uuid.UUID, int], list[tuple[int, int, list[int]]]] | None = None,
-    forgotten: list[tuple[uuid.UUID, int]] = (), max_wait_ms: int = 0, max_records: int = 500,
-    version: int = 2, is_renew_ack: bool = False, timeout: float | None = None,
-):
-    acks = acks or {}
-    keys = list(dict.fromkeys(list(parts) + list(acks)))
-    by_topic: dict[uuid.UUID, list] = {}
-    for tid, p in keys:
-        by_topic.setdefault(tid, []).append(nested(78, version, "FetchPartition", partition_index=p, acknowledgement_batches=tuple(
-            nested(78, version, "AcknowledgementBatch", first_offset=f, last_offset=l, acknowledge_types=tuple(ts))
-            for f, l, ts in acks.get((tid, p), ()))))
-    fg: dict[uuid.UUID, list[int]] = {}
-    for tid, p in forgotten:
-        fg.setdefault(tid, []).append(p)
-    req = payloads.build(
-        framing.request_schema(78, version), group_id=group, member_id=member, share_session_epoch=epoch,
-        max_wait=datetime.timedelta(milliseconds=max_wait_ms), min_bytes=1, max_bytes=50_000_000,
-        max_records=max_records, batch_size=max_records, share_acquire_mode=0, is_renew_ack=is_renew_ack,
-        topics=tuple(nested(78, version, "FetchTopic", topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
-        forgotten_topics_data=tuple(nested(78, version, "ForgottenTopic", topic_id=t, partitions=tuple(ps)) for t, ps in fg.items()),
-    )
-    return node.send(req, timeout=timeout)
+def share_fetch(node: RawClient, group: str, member: str, epoch: int, parts=(), *, version: int = 2, **kw):
+    return share_ops.share_fetch(node, group, member, epoch, parts, version=version, **kw)
 
 
-def share_ack(node: RawClient, group: str, member: str, epoch: int,
-              acks: dict[tuple[uuid.UUID, int], list[tuple[int, int, list[int]]]], *, version: int = 2):
-    by_topic: dict[uuid.UUID, list] = {}
-    for (tid, p), batches in acks.items():
-        by_topic.setdefault(tid, []).append(nested(79, version, "AcknowledgePartition", partition_index=p, acknowledgement_batches=tuple(
-            nested(79, version, "AcknowledgementBatch", first_offset=f, last_offset=l, acknowledge_types=tuple(ts))
-            for f, l, ts in batches)))
-    req = payloads.build(
-        framing.request_schema(79, version), group_id=group, member_id=member, share_session_epoch=epoch,
-        is_renew_ack=False,
-        topics=tuple(nested(79, version, "AcknowledgeTopic", topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
-    )
-    return node.send(req)
-
-
-def acquired(resp) -> list[tuple[int, int, int]]:
-    return [(int(a.first_offset), int(a.last_offset), int(a.delivery_count))
-            for t in resp.responses for p in t.partitions for a in p.acquired_records]
-
-
-def offsets(resp) -> list[int]:
-    return [o for f, l, _ in acquired(resp) for o in range(f, l + 1)]
-
-
-def partition_data(resp, tid: uuid.UUID, p: int = 0):
-    for t in resp.responses:
-        if t.topic_id == tid:
-            for pd in t.partitions:
-                if pd.partition_index == p:
-                    return pd
-    return None
-
-
-def ack_codes(resp) -> dict[int, int]:
-    """partition -> error code (ShareAcknowledge) / acknowledge error code (ShareFetch)."""
-    out = {}
-    for t in resp.responses:
-        for p in t.partitions:
-            out[int(p.partition_index)] = int(getattr(p, "acknowledge_error_code", p.error_code))
-    return out
+def share_ack(node: RawClient, group: str, member: str, epoch: int, acks, *, version: int = 2):
+    return share_ops.share_ack(node, group, member, epoch, acks, version=version)
 
 
 def fetch_until(node: RawClient, group: str, member: str, epoch: int, parts, want: int, wait_s: float = 10.0, **kw):
-    """Fetch (epoch, epoch + 1, ...) until `want` offsets were acquired; returns
-    (acquired ranges, next epoch)."""
-    got: list[tuple[int, int, int]] = []
-    deadline = time.monotonic() + wait_s
-    while True:
-        resp = share_fetch(node, group, member, epoch, parts, max_wait_ms=500, **kw)
-        assert resp.error_code == E.none, resp
-        epoch += 1
-        got += acquired(resp)
-        if sum(l - f + 1 for f, l, _ in got) >= want or time.monotonic() > deadline:
-            return got, epoch
+    return share_ops.fetch_until(node, group, member, epoch, parts, want, wait_s, version=kw.pop("version", 2), **kw)
 
 
 # -- fixtures -----------------------------------------------------------------------------------
