@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from reference_impl.client.partition_metadata import PartitionMetadata
 from reference_impl.client.raw_client import ClusterClient, RawClient
 from reference_impl.protocol import framing, payloads, records
 
@@ -99,8 +100,7 @@ class Consumer:
         self._timeout = request_timeout_s
         self._conns: dict[int, RawClient] = {}
         self._positions: dict[TopicPartition, int] = {}
-        self._leaders: dict[TopicPartition, int] = {}
-        self._topic_ids: dict[str, Any] = {}
+        self._meta = PartitionMetadata(self._cc)
         self.fetch_info: dict[TopicPartition, FetchInfo] = {}  # the last fetch of each partition
         # cumulative per partition: batches dropped as aborted, control batches passed over
         self.skipped_aborted: dict[TopicPartition, int] = {}
@@ -159,7 +159,7 @@ class Consumer:
             if code == 0:
                 return int(p.offset)
             if _retriable(code):
-                self._leaders.pop(tp, None)
+                self._meta.forget(tp)
                 time.sleep(0.1)
                 continue
             raise ConsumerError(f"ListOffsets {tp} failed with error {code}", code)
@@ -253,13 +253,13 @@ class Consumer:
             if dead is not None:
                 dead.close()
             for tp in tps:
-                self._leaders.pop(tp, None)
+                self._meta.forget(tp)
             return []
         if int(resp.error_code) != 0:
             if _retriable(int(resp.error_code)):
                 return []
             raise ConsumerError(f"Fetch failed: error {int(resp.error_code)}", int(resp.error_code))
-        names = {v: k for k, v in self._topic_ids.items()}
+        names = self._meta.topic_names()
         out: list[ConsumedRecord] = []
         for tr in resp.responses:
             topic = payloads.get(tr, "topic") or names.get(payloads.get(tr, "topic_id"))
@@ -268,7 +268,7 @@ class Consumer:
                 code = int(pd.error_code)
                 if code != 0:
                     if _retriable(code):
-                        self._leaders.pop(tp, None)
+                        self._meta.forget(tp)
                         continue
                     raise ConsumerError(f"Fetch {tp} failed with error {code}", code)
                 recs, info = self._records_of(tp, pd)
@@ -317,19 +317,7 @@ class Consumer:
     # -- plumbing ----------------------------------------------------------------------------
 
     def _leader(self, tp: TopicPartition) -> int:
-        node = self._leaders.get(tp)
-        if node is not None:
-            return node
-        md = self._cc.refresh([tp[0]])
-        for t in md.topics:
-            if t.name != tp[0]:
-                continue
-            self._topic_ids[t.name] = t.topic_id
-            for p in t.partitions:
-                if int(p.partition_index) == tp[1] and int(p.leader_id) >= 0:
-                    self._leaders[tp] = int(p.leader_id)
-                    return int(p.leader_id)
-        raise LookupError(f"no leader for {tp[0]}-{tp[1]}")
+        return self._meta.leader(tp)
 
     def _leader_client(self, tp: TopicPartition) -> RawClient:
         for _ in range(50):
@@ -340,11 +328,7 @@ class Consumer:
         raise ConsumerError(f"no leader for {tp}")
 
     def _topic_id(self, topic: str) -> Any:
-        if topic not in self._topic_ids:
-            md = self._cc.refresh([topic])
-            for t in md.topics:
-                self._topic_ids[t.name] = t.topic_id
-        return self._topic_ids[topic]
+        return self._meta.topic_id(topic)
 
     def _conn(self, node: int) -> RawClient:
         c = self._conns.get(node)

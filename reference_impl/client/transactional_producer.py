@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from reference_impl.client.partition_metadata import PartitionMetadata
 from reference_impl.client.raw_client import ClusterClient, RawClient
 from reference_impl.client.txn_state import (
     AbortableTxnError,
@@ -166,8 +167,7 @@ class TransactionalProducer:
         self._addresses: dict[int, tuple[str, int]] = dict(self._cc.nodes)
         self._txn_coordinator: int | None = None
         self._group_coordinators: dict[str, int] = {}
-        self._leaders: dict[TopicPartition, int] = {}
-        self._topic_ids: dict[str, Any] = {}
+        self._meta = PartitionMetadata(self._cc)
         self._producer_id = -1
         self._producer_epoch = -1
         self._tv2: bool | None = None
@@ -770,7 +770,7 @@ class TransactionalProducer:
                 # Per-partition handling below; let the call return for any answer.
                 return 0
 
-            resp = self._coordinator_call(
+            self._coordinator_call(
                 "TxnOffsetCommit",
                 TXN_OFFSET_COMMIT,
                 group.group_id,
@@ -781,7 +781,6 @@ class TransactionalProducer:
                 max_version=max_version,
                 min_version=min_version,
             )
-            del resp
             rediscover = False
             for tp, code in sorted(results.items()):
                 outcome = classify_txn_offset_commit(code)
@@ -880,10 +879,10 @@ class TransactionalProducer:
                 client = self._conn(node)
                 client.negotiate(PRODUCE)  # ApiVersions on a new connection (cached after)
             except (LookupError, _Disconnected, ConnectionError, OSError):
-                dead = self._conns.pop(self._leaders.get(tp, -1), None)
+                dead = self._conns.pop(self._meta.leaders.get(tp, -1), None)
                 if dead is not None:
                     dead.close()
-                self._leaders.pop(tp, None)
+                self._meta.forget(tp)
                 self._produce_retry_or_timeout(backoff, deadline, tp, 3)
                 backoff = self._next_backoff(backoff)
                 continue
@@ -922,7 +921,7 @@ class TransactionalProducer:
                     },
                 )
             except _Disconnected:
-                self._leaders.pop(tp, None)
+                self._meta.forget(tp)
                 self._produce_retry_or_timeout(backoff, deadline, tp, 13)
                 backoff = self._next_backoff(backoff)
                 continue
@@ -947,7 +946,7 @@ class TransactionalProducer:
                 return
             if outcome in (Outcome.RETRY, Outcome.REDISCOVER):
                 if outcome is Outcome.REDISCOVER:
-                    self._leaders.pop(tp, None)
+                    self._meta.forget(tp)
                 self._produce_retry_or_timeout(backoff, deadline, tp, code)
                 backoff = self._next_backoff(backoff)
                 continue
@@ -976,27 +975,12 @@ class TransactionalProducer:
         time.sleep(backoff / 1000)
 
     def _leader(self, tp: TopicPartition) -> int:
-        node = self._leaders.get(tp)
-        if node is not None:
-            return node
-        md = self._cc.refresh([tp[0]])
+        node = self._meta.leader(tp)
         self._addresses.update(self._cc.nodes)
-        for t in md.topics:
-            if t.name != tp[0]:
-                continue
-            self._topic_ids[t.name] = t.topic_id
-            for p in t.partitions:
-                if int(p.partition_index) == tp[1] and int(p.leader_id) >= 0:
-                    self._leaders[tp] = int(p.leader_id)
-                    return int(p.leader_id)
-        raise LookupError(f"no leader for {tp[0]}-{tp[1]}")
+        return node
 
     def _topic_id(self, topic: str) -> Any:
-        if topic not in self._topic_ids:
-            md = self._cc.refresh([topic])
-            for t in md.topics:
-                self._topic_ids[t.name] = t.topic_id
-        return self._topic_ids[topic]
+        return self._meta.topic_id(topic)
 
     # -- plumbing -----------------------------------------------------------------------------------
 

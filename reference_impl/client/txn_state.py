@@ -212,117 +212,68 @@ _COORDINATOR_MOVED = {int(E.not_coordinator), int(E.coordinator_not_available)}
 _FENCED = {int(E.invalid_producer_epoch), int(E.producer_fenced)}
 
 
-def classify_init_producer_id(code: int) -> Outcome:
-    if code == 0:
-        return Outcome.OK
-    if code in _COORDINATOR_MOVED:
-        return Outcome.REDISCOVER
-    if _retriable(code):
-        return Outcome.RETRY
-    if code in (int(E.transactional_id_authorization_failed), int(E.cluster_authorization_failed)):
-        return Outcome.ABORTABLE  # Kafka 4.x: authorization errors of InitProducerId are abortable
-    if code in _FENCED:
-        return Outcome.FENCED
-    if code == int(E.transaction_abortable):
-        return Outcome.ABORTABLE
-    return Outcome.FATAL
+def _classifier(
+    specific: dict[Outcome, tuple[ErrorCode, ...]],
+    default: Outcome,
+    rediscover: frozenset[int] = frozenset(_COORDINATOR_MOVED),
+) -> Callable[[int], Outcome]:
+    """A coordinator-request classifier in Kafka's order: success; the coordinator moved
+    (find it again); retriable (same coordinator, after backoff); then the API's own
+    table; anything else `default`."""
+    table = {int(code): outcome for outcome, codes in specific.items() for code in codes}
+
+    def classify(code: int) -> Outcome:
+        if code == 0:
+            return Outcome.OK
+        if code in rediscover:
+            return Outcome.REDISCOVER
+        if _retriable(code):
+            return Outcome.RETRY
+        return table.get(code, default)
+
+    return classify
 
 
-def classify_add_partitions(code: int) -> Outcome:
-    if code == 0:
-        return Outcome.OK
-    if code in _COORDINATOR_MOVED:
-        return Outcome.REDISCOVER
-    if _retriable(code):  # CONCURRENT_TRANSACTIONS included
-        return Outcome.RETRY
-    if code in _FENCED:
-        return Outcome.FENCED
-    if code in (
-        int(E.transactional_id_authorization_failed),
-        int(E.invalid_txn_state),
-        int(E.invalid_producer_id_mapping),
-    ):
-        return Outcome.FATAL
-    if code == int(E.unknown_producer_id):
-        return Outcome.ABORTABLE_IF_POSSIBLE
-    # TOPIC_AUTHORIZATION_FAILED, OPERATION_NOT_ATTEMPTED, TRANSACTION_ABORTABLE, anything else
-    return Outcome.ABORTABLE
+_FENCED_CODES = (E.invalid_producer_epoch, E.producer_fenced)
+_TXN_FATAL = (E.transactional_id_authorization_failed, E.invalid_txn_state, E.invalid_producer_id_mapping)
 
-
-def classify_add_offsets(code: int) -> Outcome:
-    if code == 0:
-        return Outcome.OK
-    if code in _COORDINATOR_MOVED:
-        return Outcome.REDISCOVER
-    if _retriable(code):
-        return Outcome.RETRY
-    if code == int(E.unknown_producer_id):
-        return Outcome.ABORTABLE_IF_POSSIBLE
-    if code in _FENCED:
-        return Outcome.FENCED
-    if code in (
-        int(E.transactional_id_authorization_failed),
-        int(E.invalid_txn_state),
-        int(E.invalid_producer_id_mapping),
-    ):
-        return Outcome.FATAL
-    if code in (int(E.group_authorization_failed), int(E.transaction_abortable)):
-        return Outcome.ABORTABLE
-    return Outcome.FATAL
-
-
-def classify_txn_offset_commit(code: int) -> Outcome:
-    if code == 0:
-        return Outcome.OK
-    if code in _COORDINATOR_MOVED or code == int(E.request_timed_out):
-        return Outcome.REDISCOVER  # group coordinator
-    if _retriable(code):
-        return Outcome.RETRY
-    if code in (
-        int(E.group_authorization_failed),
-        int(E.fenced_instance_id),
-        int(E.transaction_abortable),
-        int(E.unknown_member_id),
-        int(E.illegal_generation),
-    ):
-        return Outcome.ABORTABLE
-    if code in _FENCED:
-        return Outcome.FENCED
-    return Outcome.FATAL
-
-
-def classify_end_txn(code: int) -> Outcome:
-    if code == 0:
-        return Outcome.OK
-    if code in _COORDINATOR_MOVED:
-        return Outcome.REDISCOVER
-    if _retriable(code):
-        return Outcome.RETRY
-    if code in _FENCED:
-        return Outcome.FENCED
-    if code in (
-        int(E.transactional_id_authorization_failed),
-        int(E.invalid_txn_state),
-        int(E.invalid_producer_id_mapping),
-    ):
-        return Outcome.FATAL
-    if code == int(E.unknown_producer_id):
-        return Outcome.ABORTABLE_IF_POSSIBLE
-    if code == int(E.transaction_abortable):
-        return Outcome.ABORTABLE
-    return Outcome.FATAL
-
-
-def classify_find_coordinator(code: int) -> Outcome:
-    if code == 0:
-        return Outcome.OK
-    if _retriable(code):
-        return Outcome.RETRY
-    if code == int(E.transactional_id_authorization_failed):
-        return Outcome.FATAL
-    if code in (int(E.group_authorization_failed), int(E.transaction_abortable)):
-        return Outcome.ABORTABLE
-    return Outcome.FATAL
+# Kafka 4.x: authorization errors of InitProducerId are abortable.
+classify_init_producer_id = _classifier(
+    {Outcome.ABORTABLE: (E.transactional_id_authorization_failed, E.cluster_authorization_failed,
+                         E.transaction_abortable),
+     Outcome.FENCED: _FENCED_CODES},
+    Outcome.FATAL,
+)
+# CONCURRENT_TRANSACTIONS is retriable; TOPIC_AUTHORIZATION_FAILED, OPERATION_NOT_ATTEMPTED,
+# TRANSACTION_ABORTABLE and anything unknown abort the transaction.
+classify_add_partitions = _classifier(
+    {Outcome.FENCED: _FENCED_CODES, Outcome.FATAL: _TXN_FATAL, Outcome.ABORTABLE_IF_POSSIBLE: (E.unknown_producer_id,)},
+    Outcome.ABORTABLE,
+)
+classify_add_offsets = _classifier(
+    {Outcome.ABORTABLE_IF_POSSIBLE: (E.unknown_producer_id,), Outcome.FENCED: _FENCED_CODES,
+     Outcome.FATAL: _TXN_FATAL, Outcome.ABORTABLE: (E.group_authorization_failed, E.transaction_abortable)},
+    Outcome.FATAL,
+)
+# REQUEST_TIMED_OUT from the group coordinator means: find it again.
+classify_txn_offset_commit = _classifier(
+    {Outcome.ABORTABLE: (E.group_authorization_failed, E.fenced_instance_id, E.transaction_abortable,
+                         E.unknown_member_id, E.illegal_generation),
+     Outcome.FENCED: _FENCED_CODES},
+    Outcome.FATAL,
+    rediscover=frozenset(_COORDINATOR_MOVED | {int(E.request_timed_out)}),
+)
+classify_end_txn = _classifier(
+    {Outcome.FENCED: _FENCED_CODES, Outcome.FATAL: _TXN_FATAL,
+     Outcome.ABORTABLE_IF_POSSIBLE: (E.unknown_producer_id,), Outcome.ABORTABLE: (E.transaction_abortable,)},
+    Outcome.FATAL,
+)
+classify_find_coordinator = _classifier(
+    {Outcome.FATAL: (E.transactional_id_authorization_failed,),
+     Outcome.ABORTABLE: (E.group_authorization_failed, E.transaction_abortable)},
+    Outcome.FATAL,
+    rediscover=frozenset(),
+)
 
 
 _PRODUCE_FATAL = {

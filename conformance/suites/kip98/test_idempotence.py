@@ -4,6 +4,8 @@ confluent-kafka idempotent producer end to end."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from conformance import client_ops, wire_ops
 from conformance.suites import require_api
@@ -28,6 +30,19 @@ def _new_pid(cc) -> tuple[int, int, int]:
     """(error, producer id, epoch) of a non-transactional InitProducerId."""
     _, resp = init_producer_id(cc, None)
     return int(resp.error_code), int(resp.producer_id), int(resp.producer_epoch)
+
+
+@contextlib.contextmanager
+def _idempotent_session(target, ids):
+    """(cluster client, new topic, its partition-0 leader, producer id, epoch) of a fresh
+    idempotent producer id, for the single-partition scenarios below."""
+    _require_init_producer_id(target)
+    topic = ids.topic()
+    with wire_ops.cluster_client(target) as cc:
+        create_ready_topic(target, cc, topic)
+        err, pid, epoch = _new_pid(cc)
+        assert err == 0
+        yield cc, topic, cc.leader_for(topic, 0), pid, epoch
 
 
 def _fetched_values(cc, leader, topic: str, partition: int = 0) -> list[str]:
@@ -110,13 +125,7 @@ def test_sequences_start_at_zero_per_partition(differential):
 
 
 def duplicate_scenario(target, ids):
-    _require_init_producer_id(target)
-    topic = ids.topic()
-    with wire_ops.cluster_client(target) as cc:
-        create_ready_topic(target, cc, topic)
-        err, pid, epoch = _new_pid(cc)
-        assert err == 0
-        leader = cc.leader_for(topic, 0)
+    with _idempotent_session(target, ids) as (cc, topic, leader, pid, epoch):
         wire_ops.produce(leader, topic, 0, plain_batch(["n0"]))  # the producer's batches start at offset 1
         batch = idem_batch(values("d", 3), pid, epoch, 0)
         first = wire_ops.produce(leader, topic, 0, batch)
@@ -149,13 +158,7 @@ def test_retried_batch_is_deduplicated(differential):
 
 
 def old_duplicate_scenario(target, ids):
-    _require_init_producer_id(target)
-    topic = ids.topic()
-    with wire_ops.cluster_client(target) as cc:
-        create_ready_topic(target, cc, topic)
-        err, pid, epoch = _new_pid(cc)
-        assert err == 0
-        leader = cc.leader_for(topic, 0)
+    with _idempotent_session(target, ids) as (cc, topic, leader, pid, epoch):
         sent = [wire_ops.produce(leader, topic, 0, idem_batch([f"w{i}"], pid, epoch, i)) for i in range(6)]
         newest_5th = wire_ops.produce(leader, topic, 0, idem_batch(["w1"], pid, epoch, 1))
         oldest = wire_ops.produce(leader, topic, 0, idem_batch(["w0"], pid, epoch, 0))
@@ -226,13 +229,7 @@ def test_new_producer_session_is_not_deduplicated(differential):
 
 
 def gap_scenario(target, ids):
-    _require_init_producer_id(target)
-    topic = ids.topic()
-    with wire_ops.cluster_client(target) as cc:
-        create_ready_topic(target, cc, topic)
-        err, pid, epoch = _new_pid(cc)
-        assert err == 0
-        leader = cc.leader_for(topic, 0)
+    with _idempotent_session(target, ids) as (cc, topic, leader, pid, epoch):
         ok = wire_ops.produce(leader, topic, 0, idem_batch(values("g", 5), pid, epoch, 0))
         gap = wire_ops.produce(leader, topic, 0, idem_batch(["g7"], pid, epoch, 7))
         leo = log_end(leader, topic)
@@ -261,13 +258,7 @@ def test_sequence_gap_is_out_of_order(differential):
 
 
 def stale_epoch_scenario(target, ids):
-    _require_init_producer_id(target)
-    topic = ids.topic()
-    with wire_ops.cluster_client(target) as cc:
-        create_ready_topic(target, cc, topic)
-        err, pid, epoch = _new_pid(cc)
-        assert err == 0
-        leader = cc.leader_for(topic, 0)
+    with _idempotent_session(target, ids) as (cc, topic, leader, pid, epoch):
         old = wire_ops.produce(leader, topic, 0, idem_batch(["e0-0", "e0-1"], pid, epoch, 0))
         new = wire_ops.produce(leader, topic, 0, idem_batch(["e1-0"], pid, epoch + 1, 0))
         stale = wire_ops.produce(leader, topic, 0, idem_batch(["e0-2"], pid, epoch, 2))
