@@ -35,13 +35,9 @@ CLOSE_REDELIVERY_COUNT = {2: 2, 1: 1}  # share RPC version (4.4 / 4.1) -> observ
 
 @pytest.fixture(scope="module", params=list(SPECS), ids=["kafka-4.4", "kafka-4.1"])
 def kafka(request):
-    target = create_target(request.param)
-    target.start()
-    try:
+    with create_target(request.param) as target:
         target.share_rpc_version = SPECS[request.param]  # type: ignore[attr-defined]
         yield target
-    finally:
-        target.stop()
 
 
 @pytest.fixture(scope="module")

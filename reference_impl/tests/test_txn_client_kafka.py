@@ -40,13 +40,9 @@ UNSTABLE_OFFSET_COMMIT = 88
 
 @pytest.fixture(scope="module", params=list(SPECS), ids=["kafka-4.4-tv2", "kafka-3.9-tv1"])
 def kafka(request):
-    target = create_target(request.param)
-    target.start()
-    try:
+    with create_target(request.param) as target:
         target.expected_tv = SPECS[request.param]  # type: ignore[attr-defined]
         yield target
-    finally:
-        target.stop()
 
 
 @pytest.fixture(scope="module")
