@@ -1,8 +1,15 @@
-"""Benchmark the embedded reference broker: ``python -m benchmarks.run [--quick] [--json OUT]``.
+"""kipcheck benchmarks: ``python -m benchmarks.run [--suite NAME|all] [--quick] [--json OUT]``.
 
-Starts a ThreadedReferenceCluster on loopback, runs every measurement of
-benchmarks/reference_broker.py against it (each bounded by a count and a time budget),
-prints one table and optionally writes the numbers as JSON. Stops by itself.
+Suites (each prints its own table):
+  broker       (default) the embedded reference broker: starts a ThreadedReferenceCluster on
+               loopback, runs every measurement of benchmarks/reference_broker.py against it
+               (each bounded by a count and a time budget);
+  proxy        capture-proxy overhead against direct connections (benchmarks/proxy_overhead.py);
+  trace-check  `kipcheck check` throughput on synthetic traces, Spark local[1]/local[2]
+               (benchmarks/trace_check_bench.py);
+  trace-diff   `kipcheck diff` throughput, Spark vs the DuckDB baseline (benchmarks/trace_diff_bench.py);
+  all          every suite above, one after the other.
+Stops by itself.
 """
 
 from __future__ import annotations
@@ -30,8 +37,9 @@ COLUMNS = ("measurement", "config", "done", "time s", "msgs/s", "MB/s", "p50 ms"
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m benchmarks.run",
-        description="Throughput, latency and memory of the embedded reference broker (loopback, one process).",
+        prog="python -m benchmarks.run [--suite broker]",
+        description="Throughput, latency and memory of the embedded reference broker (loopback, one process). "
+        "Other suites: --suite proxy | trace-check | trace-diff | all.",
     )
     p.add_argument("--quick", action="store_true",
                    help=f"small counts ({QUICK['messages']} messages, {QUICK['e2e_messages']} latency samples, "
@@ -226,7 +234,53 @@ def table_lines(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+# suite name -> module with `main(argv) -> int` (each takes --quick and --json OUT)
+OTHER_SUITES = {
+    "proxy": "benchmarks.proxy_overhead",
+    "trace-check": "benchmarks.trace_check_bench",
+    "trace-diff": "benchmarks.trace_diff_bench",
+}
+SUITES = ("broker", *OTHER_SUITES, "all")
+
+
+def _split_suite(argv: list[str]) -> tuple[str, list[str]]:
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--suite", choices=SUITES, default="broker")
+    known, rest = p.parse_known_args(argv)
+    return known.suite, rest
+
+
+def _common_args(rest: list[str], suite: str | None = None) -> list[str]:
+    """--quick and --json OUT, the options every suite takes; with `suite`, OUT gets the
+    suite's name as a suffix so that `--suite all` writes one file per suite."""
+    args = ["--quick"] if "--quick" in rest else []
+    if "--json" in rest and rest.index("--json") + 1 < len(rest):
+        out = Path(rest[rest.index("--json") + 1])
+        if suite is not None:
+            out = out.with_name(f"{out.stem}-{suite}{out.suffix or '.json'}")
+        args += ["--json", str(out)]
+    return args
+
+
+def _run_other(suite: str, args: list[str]) -> int:
+    import importlib
+
+    print(f"== benchmark suite: {suite}", flush=True)
+    return int(importlib.import_module(OTHER_SUITES[suite]).main(args) or 0)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    suite, rest = _split_suite(argv)
+    if suite in OTHER_SUITES:
+        return _run_other(suite, rest)  # every option goes to that suite
+    if suite == "all":
+        codes = [_broker_main(_common_args(rest))] + [_run_other(name, _common_args(rest, name)) for name in OTHER_SUITES]
+        return max(codes)
+    return _broker_main(rest)
+
+
+def _broker_main(argv: list[str]) -> int:
     args = parse_args(argv)
     result = run(args)
     print("\n".join(table_lines(result)))
