@@ -184,7 +184,44 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--segment-max-bytes", type=int, default=64 << 20)
     rec.add_argument("--segment-max-seconds", type=float, default=60.0)
     rec.add_argument("--advertised-host", default=None, help="host put in rewritten endpoints (default: listen host)")
+
+    _add_trace_command(
+        sub, "replay", "replay.replay_cmd",
+        help="re-issue a recorded trace against a target, recording the target's answers",
+        description="Re-issue the requests of trace DIR against --target in per-connection and causal "
+        "order, remapping the ids the target assigns, and write the target's answers as a new trace "
+        "(see docs/replay.md). Exit 0 when every request was replayed, 1 when some could not be, 2 on error.",
+    )
+    _add_trace_command(
+        sub, "diff", "replay.diff_cmd",
+        help="compare two traces field by field (PySpark), with noise cancellation",
+        description="Align the exchanges of traces A and B, normalize ids and noise (learned from --noise A2), "
+        "and report the response fields that differ (see docs/trace-diff.md). Exit 0 when no divergence, "
+        "1 when divergences, 2 on error. Runs unchanged under spark-submit.",
+    )
+    _add_trace_command(
+        sub, "check", "replay.check_cmd",
+        help="check one trace against the KIP invariants and the reference state machines (PySpark)",
+        description="Check trace DIR against the KIP-98 / KIP-447 / KIP-932 invariants and replay the "
+        "reference state machines per entity (see docs/trace-checks.md). Exit 0 when no violation, 1 when "
+        "violations, 2 on error. Runs unchanged under spark-submit.",
+    )
     return p
+
+
+def _add_trace_command(sub: Any, name: str, module: str, **texts: str) -> None:
+    """A subcommand whose options and body live in replay/<name>_cmd.py."""
+    import importlib
+
+    cmd = sub.add_parser(name, **texts)
+    importlib.import_module(module).add_arguments(cmd)
+    cmd.set_defaults(trace_module=module)
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    import importlib
+
+    return int(importlib.import_module(args.trace_module).run(args))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -202,6 +239,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "broker": cmd_broker,
         "target": cmd_target,
         "record": cmd_record,
+        "replay": cmd_trace,
+        "diff": cmd_trace,
+        "check": cmd_trace,
     }[args.command]
     try:
         return handler(args)
