@@ -184,6 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--segment-max-bytes", type=int, default=64 << 20)
     rec.add_argument("--segment-max-seconds", type=float, default=60.0)
     rec.add_argument("--advertised-host", default=None, help="host put in rewritten endpoints (default: listen host)")
+    rec.add_argument("--writer", choices=("thread", "process"), default="thread",
+                     help="write the trace from a thread (default) or a child process (lower added latency)")
 
     _add_trace_command(
         sub, "replay", "replay.replay_cmd",
@@ -699,6 +701,7 @@ def cmd_record(args: argparse.Namespace) -> int:
         segment_max_bytes=args.segment_max_bytes,
         segment_max_seconds=args.segment_max_seconds,
         advertised_host=args.advertised_host,
+        writer=args.writer,
     )
 
 

@@ -17,8 +17,12 @@ sink as gaps (`record_gap(count, reason)`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
+import multiprocessing
+import os
+import queue
 import struct
 import time
 from dataclasses import dataclass, field
@@ -81,6 +85,17 @@ def produce_acks(frame: bytes, api_version: int) -> int | None:
         return struct.unpack_from(">h", frame, pos)[0]
     except Exception:
         return None
+
+
+def warm_up_rewrite_schemas(max_version: int = 20) -> None:
+    """Import and compile, before the first client arrives, the kio response schemas the
+    forwarding path decodes (those that may carry endpoints): kio imports a schema module
+    and builds its reader on first use, ~0.1 s that would otherwise stall the first
+    Fetch/Produce/Metadata response of a run (and every connection waiting behind it)."""
+    for key in address_rewrite.REWRITE_API_KEYS:
+        for version in range(max_version + 1):
+            if address_rewrite.needs_rewrite_check(key, version):
+                framing._reader(framing.response_schema(key, version))
 
 
 @dataclass
@@ -147,6 +162,7 @@ class CaptureProxy:
     # -- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
+        warm_up_rewrite_schemas()
         for up in self.upstreams:
             await self.listener_for(up)
 
@@ -421,6 +437,118 @@ class _Conn:
         self.pending.clear()
         await self._emit_all(items)
 
+
+
+class ProcessTraceSink:
+    """A `TraceWriter` in a child process, as a proxy sink (same start/offer/record_gap/close
+    and `stats`/`segments` after close).
+
+    Why: in the proxy's process the writer thread's decoding, row building and Parquet
+    encoding hold the GIL, and the forwarding event loop then waits up to a GIL switch
+    interval (5 ms) every time a socket becomes ready: the proxy's latency and throughput
+    collapse under load (see benchmarks/proxy_overhead.py). Here the proxy only pickles the
+    raw frames onto a bounded queue (count and bytes, as TraceWriter's own), so offer()
+    stays non-blocking and back-pressure works the same way. A response decoded on the
+    forwarding path is not shipped (the child decodes it again)."""
+
+    def __init__(self, out_dir: str, payloads: str = "keep", *, queue_size: int = 1000,
+                 max_queued_bytes: int = 256 << 20, **writer_kwargs: Any) -> None:
+        from replay.trace_writer import PAYLOAD_MODES
+
+        if payloads not in PAYLOAD_MODES:
+            raise ValueError(f"payloads must be one of {PAYLOAD_MODES}, not {payloads!r}")
+        ctx = multiprocessing.get_context("spawn")  # never fork a process that runs threads
+        self._items = ctx.Queue(maxsize=queue_size)
+        self._gaps = ctx.Queue()  # unbounded: record_gap never blocks
+        self._queued_bytes = ctx.Value("q", 0)
+        self._result = ctx.Queue()
+        self.max_queued_bytes = max_queued_bytes
+        self.out_dir = out_dir
+        self._proc = ctx.Process(target=_process_writer_main, name="kipcheck-trace-writer", daemon=True,
+                                 args=(out_dir, payloads, writer_kwargs, self._items, self._gaps,
+                                       self._queued_bytes, self._result))
+        self._closed = False
+        self.stats: dict[str, int] = {}
+        self.segments: list[str] = []
+
+    def start(self) -> "ProcessTraceSink":
+        self._proc.start()
+        return self
+
+    def offer(self, item: Any) -> bool:
+        if self._closed:
+            return False
+        size = len(item.request_frame) + len(item.response_frame or b"")
+        queued = self._queued_bytes.value
+        if queued and queued + size > self.max_queued_bytes:
+            return False
+        if getattr(item, "response_body", None) is not None:
+            item = dataclasses.replace(item, response_body=None)
+        try:
+            self._items.put_nowait(item)
+        except queue.Full:
+            return False
+        with self._queued_bytes.get_lock():
+            self._queued_bytes.value += size
+        return True
+
+    def record_gap(self, count: int, reason: str, connection_id: int | None = None) -> None:
+        if self._closed:
+            log.error("gap reported after the trace writer closed: %s x %s", count, reason)
+            return
+        self._gaps.put((count, reason, connection_id))
+
+    def close(self, timeout: float = 60.0) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._gaps.close()
+        self._gaps.join_thread()  # every gap is in the pipe before the stop marker is sent
+        self._items.put(None)
+        try:
+            self.stats, self.segments = self._result.get(timeout=timeout)
+        except queue.Empty:
+            log.error("trace writer process did not finish within %ss (exit code %s)", timeout, self._proc.exitcode)
+            self.stats = {"rows": 0, "exchanges": 0, "gaps": 0, "gap_exchanges": 0, "segments": 0,
+                          "row_errors": 0, "write_errors": 1}
+        self._proc.join(timeout)
+
+    def __enter__(self) -> "ProcessTraceSink":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _process_writer_main(out_dir: str, payloads: str, writer_kwargs: dict, items, gaps, queued_bytes, result) -> None:
+    from replay.trace_writer import TraceWriter
+
+    writer = TraceWriter(out_dir, payloads, **writer_kwargs).start()
+    parent = os.getppid()
+    while True:
+        try:
+            item = items.get(timeout=0.2)
+        except queue.Empty:
+            item = False
+        if os.getppid() != parent:
+            # The recorder died (SIGKILL): die with it, as the in-process writer would, so
+            # the open segment stays a partial .tmp and no orphan keeps running.
+            os._exit(1)
+        while True:
+            try:
+                writer.record_gap(*gaps.get_nowait())
+            except queue.Empty:
+                break
+        if item is None:
+            break
+        if item is False:
+            continue
+        with queued_bytes.get_lock():
+            queued_bytes.value -= len(item.request_frame) + len(item.response_frame or b"")
+        while not writer.offer(item):  # the writer thread's own queue: wait, never drop
+            time.sleep(0.001)
+    writer.close()
+    result.put((writer.stats, writer.segments))
 
 
 class ThreadedCaptureProxy:

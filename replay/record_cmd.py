@@ -1,6 +1,11 @@
 """`kipcheck record`: run the capture proxy and write a Parquet trace until interrupted.
 
 Entry: `record(upstream, listen, out_dir, payloads="keep") -> int` (exit status).
+
+`writer`: "thread" (default) writes the trace from a thread of this process; "process"
+writes it from a child process (`ProcessTraceSink`), which keeps the writer's decoding and
+Parquet encoding off the forwarding path's GIL: lower added latency, at the cost of
+pickling every frame (see benchmarks/proxy_overhead.py and docs/traces.md).
 Prints one line ``kipcheck record: listening <bootstrap> -> <upstream>`` once ready, so a
 caller (or a test) can point clients at the proxy.
 """
@@ -11,15 +16,16 @@ import asyncio
 import signal
 import sys
 
-from replay.proxy import CaptureProxy
+from replay.proxy import CaptureProxy, ProcessTraceSink
 from replay.trace_writer import PAYLOAD_MODES, TraceWriter
 
 
 async def _run(upstream: str, listen: str, out_dir: str, payloads: str, segment_max_bytes: int,
                segment_max_seconds: float, advertised_host: str | None = None,
-               stop: asyncio.Event | None = None) -> int:
-    writer = TraceWriter(out_dir, payloads, segment_max_bytes=segment_max_bytes,
-                         segment_max_seconds=segment_max_seconds).start()
+               stop: asyncio.Event | None = None, writer_kind: str = "thread") -> int:
+    sink = ProcessTraceSink if writer_kind == "process" else TraceWriter
+    writer = sink(out_dir, payloads, segment_max_bytes=segment_max_bytes,
+                  segment_max_seconds=segment_max_seconds).start()
     proxy = CaptureProxy(upstream, listen, writer, advertised_host=advertised_host)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -42,15 +48,21 @@ async def _run(upstream: str, listen: str, out_dir: str, payloads: str, segment_
     return 0 if writer.stats["write_errors"] == 0 else 1
 
 
+WRITERS = ("thread", "process")
+
+
 def record(upstream: str, listen: str, out_dir: str, payloads: str = "keep", *,
            segment_max_bytes: int = 64 << 20, segment_max_seconds: float = 60.0,
-           advertised_host: str | None = None) -> int:
+           advertised_host: str | None = None, writer: str = "thread") -> int:
     if payloads not in PAYLOAD_MODES:
         print(f"kipcheck record: --payloads must be one of {', '.join(PAYLOAD_MODES)}", file=sys.stderr)
         return 2
+    if writer not in WRITERS:
+        print(f"kipcheck record: --writer must be one of {', '.join(WRITERS)}", file=sys.stderr)
+        return 2
     try:
         return asyncio.run(_run(upstream, listen, out_dir, payloads, segment_max_bytes, segment_max_seconds,
-                                advertised_host))
+                                advertised_host, writer_kind=writer))
     except OSError as exc:
         print(f"kipcheck record: {exc}", file=sys.stderr)
         return 2
@@ -69,9 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--segment-max-bytes", type=int, default=64 << 20)
     p.add_argument("--segment-max-seconds", type=float, default=60.0)
     p.add_argument("--advertised-host", default=None)
+    p.add_argument("--writer", choices=WRITERS, default="thread")
     a = p.parse_args(argv)
     return record(a.upstream, a.listen, a.out, a.payloads, segment_max_bytes=a.segment_max_bytes,
-                  segment_max_seconds=a.segment_max_seconds, advertised_host=a.advertised_host)
+                  segment_max_seconds=a.segment_max_seconds, advertised_host=a.advertised_host, writer=a.writer)
 
 
 if __name__ == "__main__":

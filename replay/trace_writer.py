@@ -363,10 +363,14 @@ class Extracted:
             topic = t or topic
             if isinstance(topic_id, uuid.UUID):
                 tid = str(topic_id)
-        if side == "response" and "error_code" in names:
-            code = _num(e.error_code)
-            if code:
-                self.error_codes.append(code)
+        if side == "response":
+            # error_code, and the per-purpose ones (AddPartitionsToTxn partition_error_code,
+            # ShareFetch acknowledge_error_code, ...).
+            for n in names:
+                if n == "error_code" or n.endswith("_error_code"):
+                    code = _num(getattr(e, n))
+                    if code:
+                        self.error_codes.append(code)
         pindex = None
         for n in _PARTITION_INDEX:
             if n in names and isinstance(getattr(e, n), int):

@@ -369,6 +369,23 @@ def test_share_fetch_fields_are_extracted() -> None:
     assert (r.key, r.value, r.offset) == (hashlib.sha256(b"k").digest(), hashlib.sha256(b"v").digest(), 5)
 
 
+def test_purpose_specific_error_codes_are_collected() -> None:
+    """error_codes holds `*_error_code` fields too: a ShareFetch acknowledgement error."""
+    tid = uuid.uuid4()
+    req = _req(78, 1, group_id="sg", member_id="m-1", share_session_epoch=1, max_wait=datetime.timedelta(0),
+               min_bytes=1, max_bytes=1000, max_records=10, batch_size=10, topics=(), forgotten_topics_data=())
+    part = _nested_resp(78, 1, "PartitionData", partition_index=0, error_code=ErrorCode.none, error_message=None,
+                        acknowledge_error_code=ErrorCode.invalid_record_state, acknowledge_error_message=None,
+                        current_leader=_nested_resp(78, 1, "LeaderIdAndEpoch", leader_id=1, leader_epoch=0),
+                        records=b"", acquired_records=())
+    resp = _resp(78, 1, throttle_time=datetime.timedelta(0), error_code=ErrorCode.none, error_message=None,
+                 acquisition_lock_timeout=datetime.timedelta(seconds=30),
+                 responses=(_nested_resp(78, 1, "ShareFetchableTopicResponse", topic_id=tid, partitions=(part,)),),
+                 node_endpoints=())
+    row = build_row(_exchange(req, resp), "keep")
+    assert row["error_codes"] == [int(ErrorCode.invalid_record_state)]
+
+
 def test_fetch_aborted_transactions_and_lso_are_extracted() -> None:
     tid = uuid.uuid4()
     aborted = _nested_resp(1, 12, "AbortedTransaction", producer_id=7, first_offset=2)

@@ -122,12 +122,28 @@ def test_unknown_schema_version_is_a_clear_error(tmp_path) -> None:
         read_trace(str(tmp_path))
 
 
-def test_sigkill_leaves_completed_segments_and_one_partial(tmp_path) -> None:
+def _writer_children_alive(out: str) -> bool:
+    """Does any process still hold a file under `out` open (a writer child that outlived
+    its killed recorder)? Read from /proc."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(out):
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+@pytest.mark.parametrize("writer", ["thread", "process"])
+def test_sigkill_leaves_completed_segments_and_one_partial(tmp_path, writer) -> None:
     out = str(tmp_path / "trace")
     with ThreadedReferenceCluster(brokers=1) as cluster:
         proc = subprocess.Popen(
             [sys.executable, "-m", "replay.record_cmd", "--upstream", cluster.bootstrap_servers,
-             "--out", out, "--segment-max-seconds", "0.5"],
+             "--out", out, "--segment-max-seconds", "0.5", "--writer", writer],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         try:
@@ -173,6 +189,10 @@ def test_sigkill_leaves_completed_segments_and_one_partial(tmp_path) -> None:
                 proc.kill()
                 proc.wait(10)
     assert proc.returncode == -signal.SIGKILL
+    deadline = time.monotonic() + 5
+    while _writer_children_alive(out) and time.monotonic() < deadline:
+        time.sleep(0.1)  # a process writer notices its parent died within ~0.2 s
+    assert not _writer_children_alive(out), "a trace writer outlived the killed recorder"
     t, report = read_trace(out)
     assert len(report.read) >= 2
     assert len(report.partial) == 1, report.summary()

@@ -1,0 +1,383 @@
+"""Capture-proxy overhead: confluent-kafka throughput and latency, direct vs through the proxy.
+
+    .venv/bin/python -m benchmarks.proxy_overhead [--quick] [--targets reference,kafka-native] [--json OUT]
+
+For each target (started with `python -m fixtures.target_up SPEC` in its own process) the
+capture proxy runs in its own process with the trace writer writing Parquet to a temporary
+directory, in two placements (`--writers`): `thread` is `kipcheck record` as it is
+(`python -m replay.record_cmd`: TraceWriter thread inside the proxy process), `process`
+the same proxy with the writer in a child process (`replay.proxy.ProcessTraceSink`). Three
+workloads run
+twice, directly against the broker and through the proxy, alternating, `--repeat` times:
+
+* produce: `Producer` (acks=all, linger.ms=5), N messages of 100 B; msgs/s from the first
+  `produce()` to the end of `flush()`;
+* consume: `Consumer` with `assign()` from offset 0 of those N messages; msgs/s from
+  `assign()` to the last message;
+* produce round trip: one 100 B message in flight (linger.ms=0, acks=all), `produce()` to
+  its delivery report; p50/p99 over M messages.
+
+Throughputs are medians over the repeats; latency percentiles pool every repeat's samples.
+Issue targets: proxied throughput >= 0.8 x direct, added p99 <= 1 ms. Each process is
+separate (broker, proxy, clients), as in a real deployment; on a shared 2-core machine the
+proxy competes with the broker and the clients for CPU, which a real deployment would not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+THROUGHPUT_TARGET = 0.8
+ADDED_P99_TARGET_MS = 1.0
+VALUE = b"x" * 100
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclass
+class Row:
+    target: str
+    writer: str  # trace writer: "thread" (kipcheck record today) or "process" (ProcessTraceSink)
+    workload: str
+    direct_msgs_s: float | None = None
+    proxied_msgs_s: float | None = None
+    direct_p50_ms: float | None = None
+    direct_p99_ms: float | None = None
+    proxied_p50_ms: float | None = None
+    proxied_p99_ms: float | None = None
+    note: str = ""
+    samples: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float | None:
+        if self.direct_msgs_s and self.proxied_msgs_s is not None:
+            return self.proxied_msgs_s / self.direct_msgs_s
+        return None
+
+    @property
+    def added_p99_ms(self) -> float | None:
+        if self.direct_p99_ms is None or self.proxied_p99_ms is None:
+            return None
+        return self.proxied_p99_ms - self.direct_p99_ms
+
+    @property
+    def met(self) -> bool | None:
+        if self.workload == "produce round trip":
+            return None if self.added_p99_ms is None else self.added_p99_ms <= ADDED_P99_TARGET_MS
+        return None if self.ratio is None else self.ratio >= THROUGHPUT_TARGET
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(ratio=self.ratio, added_p99_ms=self.added_p99_ms, met=self.met)
+        return d
+
+
+# --- processes -------------------------------------------------------------------------------
+
+
+class Background:
+    """A child process whose first matching stdout line announces it is ready."""
+
+    def __init__(self, argv: list[str], ready_prefix: str, timeout_s: float) -> None:
+        self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True)
+        self.line = self._wait_line(ready_prefix, timeout_s)
+        # keep draining stdout so the child never blocks on a full pipe
+        threading.Thread(target=self.proc.stdout.read, daemon=True).start()
+        threading.Thread(target=self.proc.stderr.read, daemon=True).start()
+
+    def _wait_line(self, prefix: str, timeout_s: float) -> str:
+        result: list[str] = []
+
+        def read() -> None:
+            for line in self.proc.stdout:
+                if prefix in line:
+                    result.append(line.strip())
+                    return
+
+        t = threading.Thread(target=read, daemon=True)
+        t.start()
+        t.join(timeout_s)
+        if not result:
+            self.stop()
+            err = self.proc.stderr.read() if self.proc.stderr else ""
+            raise RuntimeError(f"{' '.join(self.proc.args[:4])} did not print {prefix!r} within {timeout_s:.0f}s: "
+                               f"{err.strip()[-500:]}")
+        return result[0]
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def start_target(spec: str) -> tuple[Background, str]:
+    bg = Background([sys.executable, "-m", "fixtures.target_up", spec], "bootstrap=", 300)
+    return bg, bg.line.split("=", 1)[1]
+
+
+def start_proxy(upstream: str, trace_dir: str, writer: str) -> tuple[Background, str]:
+    """thread: `kipcheck record` as it is (TraceWriter thread in the proxy process);
+    process: the same proxy with the writer in a child process (`ProcessTraceSink`)."""
+    up = upstream.split(",")[0]
+    if writer == "thread":
+        argv = [sys.executable, "-m", "replay.record_cmd", "--upstream", up, "--listen", "127.0.0.1:0",
+                "--out", trace_dir]
+    else:
+        argv = [sys.executable, "-m", "benchmarks.proxy_overhead", "--serve-proxy", up, trace_dir]
+    bg = Background(argv, "kipcheck record: listening", 60)
+    return bg, bg.line.split("listening ", 1)[1].split(" ", 1)[0]
+
+
+def serve_proxy(upstream: str, trace_dir: str) -> int:
+    """The proxy with a ProcessTraceSink until SIGTERM (the `process` writer mode)."""
+    import asyncio
+
+    from replay.proxy import CaptureProxy, ProcessTraceSink
+
+    async def run() -> None:
+        sink = ProcessTraceSink(trace_dir, "keep").start()
+        proxy = CaptureProxy(upstream, "127.0.0.1:0", sink)
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        await proxy.start()
+        print(f"kipcheck record: listening {proxy.bootstrap_servers} -> {upstream}", flush=True)
+        await stop.wait()
+        await proxy.stop()
+        await asyncio.get_running_loop().run_in_executor(None, sink.close)
+
+    asyncio.run(run())
+    return 0
+
+
+# --- workloads -------------------------------------------------------------------------------
+
+
+def create_topic(bootstrap: str, partitions: int = 1) -> str:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    name = f"bench-{uuid.uuid4().hex[:10]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the future
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+    return name
+
+
+def produce_throughput(bootstrap: str, topic: str, n: int) -> float:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                  "queue.buffering.max.messages": max(n, 100000)})
+    p.produce(topic, VALUE)  # connect and fetch metadata outside the measurement
+    p.flush(30)
+    errors: list = []
+    start = time.perf_counter()
+    for _ in range(n):
+        p.produce(topic, VALUE, on_delivery=lambda e, m: errors.append(e) if e else None)
+        p.poll(0)
+    left = p.flush(120)
+    elapsed = time.perf_counter() - start
+    if left or errors:
+        raise RuntimeError(f"produce: {left} undelivered, {len(errors)} errors ({errors[:1]})")
+    return n / elapsed
+
+
+def consume_throughput(bootstrap: str, topic: str, n: int) -> float:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}",
+                  "enable.auto.commit": False, "fetch.wait.max.ms": 100})
+    try:
+        start = time.perf_counter()
+        c.assign([TopicPartition(topic, 0, 0)])
+        got = 0
+        deadline = time.monotonic() + 120
+        while got < n and time.monotonic() < deadline:
+            for m in c.consume(10000, 0.5):
+                if m.error() is None:
+                    got += 1
+        elapsed = time.perf_counter() - start
+    finally:
+        c.close()
+    if got < n:
+        raise RuntimeError(f"consume: {got} of {n} messages within 120 s")
+    return n / elapsed
+
+
+def produce_latencies(bootstrap: str, topic: str, m: int) -> list[float]:
+    """Milliseconds from produce() to the delivery report, one message in flight."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+    for _ in range(5):  # warm-up: connections, metadata
+        p.produce(topic, VALUE)
+        p.flush(30)
+    out: list[float] = []
+    for _ in range(m):
+        done: list[float] = []
+        t0 = time.perf_counter()
+        p.produce(topic, VALUE, on_delivery=lambda e, msg: done.append(time.perf_counter()) if e is None else None)
+        while not done:
+            p.poll(0.0005)
+            if time.perf_counter() - t0 > 30:
+                raise RuntimeError("produce round trip: no delivery report within 30 s")
+        out.append((done[0] - t0) * 1000)
+    p.flush(10)
+    return out
+
+
+def percentile(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, int(round(q / 100 * len(s) + 0.5)) - 1))]
+
+
+# --- one target ---------------------------------------------------------------------------------
+
+
+def bench_target(spec: str, writers: list[str], n: int, m: int, repeat: int, log) -> list[Row]:
+    target, bootstrap = start_target(spec)
+    try:
+        out: list[Row] = []
+        for writer in writers:
+            out += bench_proxy(spec, bootstrap, writer, n, m, repeat, log)
+        return out
+    finally:
+        target.stop()
+
+
+def bench_proxy(spec: str, bootstrap: str, writer: str, n: int, m: int, repeat: int, log) -> list[Row]:
+    trace_dir = tempfile.mkdtemp(prefix="kipcheck-bench-trace-")
+    try:
+        proxy, proxied = start_proxy(bootstrap, trace_dir, writer)
+        try:
+            rows = {w: Row(spec, writer, w) for w in ("produce", "consume", "produce round trip")}
+            thr: dict[tuple[str, str], list[float]] = {}
+            lat: dict[str, list[float]] = {"direct": [], "proxied": []}
+            for r in range(repeat):
+                order = [("direct", bootstrap), ("proxied", proxied)]
+                if r % 2:
+                    order.reverse()
+                for mode, bs in order:
+                    topic = create_topic(bootstrap)
+                    thr.setdefault(("produce", mode), []).append(produce_throughput(bs, topic, n))
+                    thr.setdefault(("consume", mode), []).append(consume_throughput(bs, topic, n))
+                    lat[mode] += produce_latencies(bs, topic, m)
+                    log(f"  {spec} ({writer} writer) repeat {r + 1} {mode}: produce {thr[('produce', mode)][-1]:.0f}/s, "
+                        f"consume {thr[('consume', mode)][-1]:.0f}/s")
+            for w in ("produce", "consume"):
+                row = rows[w]
+                row.direct_msgs_s = statistics.median(thr[(w, "direct")])
+                row.proxied_msgs_s = statistics.median(thr[(w, "proxied")])
+                row.samples = {"direct": thr[(w, "direct")], "proxied": thr[(w, "proxied")]}
+            row = rows["produce round trip"]
+            row.direct_msgs_s = 1000 / statistics.mean(lat["direct"])
+            row.proxied_msgs_s = 1000 / statistics.mean(lat["proxied"])
+            row.direct_p50_ms, row.direct_p99_ms = percentile(lat["direct"], 50), percentile(lat["direct"], 99)
+            row.proxied_p50_ms, row.proxied_p99_ms = percentile(lat["proxied"], 50), percentile(lat["proxied"], 99)
+            row.samples = {"n": len(lat["direct"])}
+        finally:
+            proxy.stop()
+        trace_bytes = sum(os.path.getsize(os.path.join(trace_dir, f)) for f in os.listdir(trace_dir))
+        for row in rows.values():
+            row.note = f"trace {trace_bytes / 1e6:.1f} MB"
+        return list(rows.values())
+    finally:
+        shutil.rmtree(trace_dir, ignore_errors=True)
+
+
+# --- output ------------------------------------------------------------------------------------
+
+
+def _f(v: float | None, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def table(rows: list[Row]) -> str:
+    head = ("target", "writer", "workload", "direct msgs/s", "proxied msgs/s", "ratio", "direct p50/p99 ms",
+            "proxied p50/p99 ms", "added p99 ms", "met")
+    lines = [head]
+    for r in rows:
+        lat = r.workload == "produce round trip"
+        lines.append((r.target, r.writer, r.workload, _f(r.direct_msgs_s, ".0f"), _f(r.proxied_msgs_s, ".0f"),
+                      _f(r.ratio, ".2f"),
+                      f"{_f(r.direct_p50_ms, '.2f')}/{_f(r.direct_p99_ms, '.2f')}" if lat else "-",
+                      f"{_f(r.proxied_p50_ms, '.2f')}/{_f(r.proxied_p99_ms, '.2f')}" if lat else "-",
+                      _f(r.added_p99_ms, "+.2f") if lat else "-",
+                      {True: "yes", False: "NO", None: "-"}[r.met]))
+    widths = [max(len(str(line[i])) for line in lines) for i in range(len(head))]
+    out = [" | ".join(str(c).ljust(w) for c, w in zip(line, widths)) for line in lines]
+    out.insert(1, "-+-".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.proxy_overhead", description=__doc__.splitlines()[0])
+    ap.add_argument("--targets", default="reference,kafka-native", help="comma-separated target specs")
+    ap.add_argument("--quick", action="store_true", help="fewer messages, one repeat")
+    ap.add_argument("--messages", type=int, help="messages per throughput run (default 50000, quick 10000)")
+    ap.add_argument("--latency-messages", type=int, help="round trips per run (default 1000, quick 200)")
+    ap.add_argument("--repeat", type=int, help="runs per mode (default 3, quick 1)")
+    ap.add_argument("--writers", default="thread,process",
+                    help="trace writer placements to measure: thread (kipcheck record today), process")
+    ap.add_argument("--json", metavar="OUT", help="also write the results as JSON")
+    ap.add_argument("--serve-proxy", nargs=2, metavar=("UPSTREAM", "TRACE_DIR"), help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.serve_proxy:
+        return serve_proxy(*a.serve_proxy)
+    writers = [w.strip() for w in a.writers.split(",") if w.strip()]
+    if not writers or set(writers) - {"thread", "process"}:
+        ap.error("--writers takes thread and/or process")
+    n = a.messages or (10000 if a.quick else 50000)
+    m = a.latency_messages or (200 if a.quick else 1000)
+    repeat = a.repeat or (1 if a.quick else 3)
+    rows: list[Row] = []
+    failures: list[str] = []
+    log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+    started = time.monotonic()
+    for spec in [s.strip() for s in a.targets.split(",") if s.strip()]:
+        log(f"benchmarking {spec} ...")
+        try:
+            rows += bench_target(spec, writers, n, m, repeat, log)
+        except Exception as exc:  # noqa: BLE001 - one target failing does not hide the others
+            failures.append(f"{spec}: {exc}")
+    print(table(rows))
+    print(f"\nissue targets: proxied throughput >= {THROUGHPUT_TARGET}x direct, added p99 <= {ADDED_P99_TARGET_MS} ms; "
+          f"{n} msgs x {repeat} repeat(s) per throughput cell, {m * repeat} round trips per latency cell")
+    missed = [r for r in rows if r.met is False]
+    print("all targets met" if rows and not missed else
+          f"NOT met: {', '.join(f'{r.target}/{r.writer}/{r.workload}' for r in missed)}" if missed else "no results")
+    for f in failures:
+        print(f"failed: {f}")
+    if a.json:
+        import confluent_kafka
+
+        with open(a.json, "w") as fh:
+            json.dump({"benchmark": "kipcheck-proxy-overhead", "schema_version": 1,
+                       "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                       "environment": {"python": platform.python_version(), "platform": platform.platform(),
+                                       "cpus": os.cpu_count(), "confluent_kafka": confluent_kafka.version()[0],
+                                       "librdkafka": confluent_kafka.libversion()[0]},
+                       "settings": {"messages": n, "latency_messages": m, "repeat": repeat, "value_bytes": len(VALUE)},
+                       "targets_met": bool(rows) and not missed, "wall_time_s": time.monotonic() - started,
+                       "failures": failures, "rows": [r.as_dict() for r in rows]}, fh, indent=1)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
