@@ -1,0 +1,235 @@
+"""KIP-932 durability on the wire: a share-partition's acknowledged and archived records,
+delivery counts and SPSO survive a crash (SIGKILL or stop) and restart of its leader and
+of the share coordinator that holds its `__share_group_state` records.
+
+Needs three brokers and node lifecycle. On `reference:nodes=3` the target itself is used;
+for a single-node kafka-native target the module starts one `kafka-native[:VERSION]:nodes=3`
+cluster of the same release (about 15 s, once per module) and stops it at the end. The
+SPSO is read with ReadShareGroupStateSummary from the share coordinator (a broker-to-
+broker RPC; the test cluster has no authorizer), which Kafka's DescribeShareGroupOffsets
+also uses; targets without it (librdkafka's mock) are not supported.
+
+Observations: offsets that were acknowledged or archived before the crash are never
+delivered again (ACK.004); every other offset comes back without waiting for its lock
+(Acquired is not persisted, STATE.012); no delivery count is lower than the last one
+observed for the offset before the crash, and the SPSO never moves backwards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import pytest
+
+from conformance import share_ops
+from conformance.share_ops import ACCEPT, E, REJECT, RELEASE, share_ack, share_fetch
+from conformance.suites import require_api, require_nodes
+from conformance.suites.kip932.test_sessions import (
+    ShareSetup, counts_of, drain, open_and_acquire, record, require_share_groups, share_setup,
+)
+from fixtures.target import Target
+from fixtures.targets import create_target
+from reference_impl.client.raw_client import ClusterClient
+from reference_impl.model.share_state_records import coordinator_key
+
+READ_SHARE_GROUP_STATE_SUMMARY = 87
+FIND_COORDINATOR, SHARE_KEY_TYPE = 10, 2
+FAILOVER_WAIT_S = 60.0  # a restarted Kafka node answers within seconds; leadership settles soon after
+_DEDICATED: dict[str, Target] = {}  # spec -> started kafka-native:nodes=3 cluster of this module
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stop_dedicated_clusters():
+    yield
+    while _DEDICATED:
+        _DEDICATED.popitem()[1].stop()
+
+
+def three_node_target(target: Target) -> Target:
+    """The target when it has 3 brokers; for single-node kafka-native, a 3-node cluster of
+    the same release and options, started once per module."""
+    require_share_groups(target)
+    if target.kind != "kafka-native" or len(target.node_ids) >= 3:
+        require_nodes(target, 3)
+        return target
+    parts = ["kafka-native"] + ([target.spec.version] if target.spec.version else [])
+    parts += [f"{k}={v}" for k, v in target.spec.options] + ["nodes=3"]
+    spec = ":".join(parts)
+    if spec not in _DEDICATED:
+        dedicated = create_target(spec)
+        dedicated.start()
+        _DEDICATED[spec] = dedicated
+    return _DEDICATED[spec]
+
+
+# -- observations -------------------------------------------------------------------------------
+
+
+def share_coordinator(cc: ClusterClient, s: ShareSetup, p: int = 0) -> int:
+    """Node id of the share coordinator of (group, topic, p); every broker must name the
+    same node (FindCoordinator v6, key type 2)."""
+    key = coordinator_key(s.group, s.tid, p)
+    answers = set()
+    deadline = time.monotonic() + FAILOVER_WAIT_S
+    for n in sorted(cc.nodes):
+        while True:
+            (c,) = cc.node(n).request(FIND_COORDINATOR, 6, key_type=SHARE_KEY_TYPE, coordinator_keys=(key,)).coordinators
+            if c.error_code == E.none or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert c.error_code == E.none, c
+        answers.add(int(c.node_id))
+    assert len(answers) == 1, f"brokers disagree on the share coordinator of {key}: {answers}"
+    return answers.pop()
+
+
+def spso(cc: ClusterClient, s: ShareSetup, p: int = 0) -> int:
+    """The durable SPSO (ReadShareGroupStateSummary StartOffset) of (group, topic, p),
+    asked again while the coordinator is loading or moving."""
+    deadline = time.monotonic() + FAILOVER_WAIT_S
+    while True:
+        node = cc.node(share_coordinator(cc, s, p))
+        version = node.negotiate(READ_SHARE_GROUP_STATE_SUMMARY, 1)
+        resp = node.request(READ_SHARE_GROUP_STATE_SUMMARY, version, group_id=s.group, topics=(
+            share_ops.nested(READ_SHARE_GROUP_STATE_SUMMARY, version, "ReadStateSummaryData", topic_id=s.tid, partitions=(
+                share_ops.nested(READ_SHARE_GROUP_STATE_SUMMARY, version, "PartitionData", partition=p, leader_epoch=0),)),))
+        (part,) = resp.results[0].partitions
+        if part.error_code == E.none:
+            return int(part.start_offset)
+        assert part.error_code in share_ops.RETRIABLE_COORDINATOR_ERRORS and time.monotonic() < deadline, part
+        time.sleep(0.3)
+
+
+def redeliveries(cc: ClusterClient, s: ShareSetup, member: str, want: set[int],
+                 wait_s: float = FAILOVER_WAIT_S) -> tuple[dict[int, int], Any, int]:
+    """offset -> delivery count of what `member` acquires from whichever broker leads the
+    partition, until every offset of `want` came (or the deadline); also the leader and
+    the session's next epoch there. Acquires everything it sees, so offsets outside `want`
+    show up too."""
+    got: dict[int, int] = {}
+    answers: list[tuple[int, int]] = []  # (top-level, partition) error codes, for the message
+    deadline = time.monotonic() + wait_s
+    current, epoch = None, 0
+    while not want <= set(got) and time.monotonic() < deadline:
+        try:
+            leader = cc.leader_for(s.topic, 0)
+        except LookupError:
+            time.sleep(0.3)
+            continue
+        if leader is not current:  # a new leader: a new session there
+            current, epoch = leader, 0
+        resp = share_fetch(leader, s.group, member, epoch, [s.part()], max_wait_ms=500)
+        pd = share_ops.partition_data(resp, s.tid)
+        answers.append((int(resp.error_code), -1 if pd is None else int(pd.error_code)))
+        if resp.error_code != E.none:  # a session lost with a moved leader: open a new one
+            epoch = 0
+            time.sleep(0.2)
+            continue
+        epoch += 1
+        for o, c in share_ops.delivery_counts(resp).items():
+            assert o not in got, f"offset {o} delivered twice to one session without release: {got}"
+            got[o] = c
+        if pd is not None and pd.error_code != E.none:
+            time.sleep(0.2)
+    assert want <= set(got), f"wanted {sorted(want)}, got {got}; error codes (request, partition) seen: " \
+                             f"{sorted(set(answers))}, last {answers[-3:]}"
+    return got, current, epoch
+
+
+def fresh(target: Target, s: ShareSetup) -> ShareSetup:
+    return dataclasses.replace(s, cc=ClusterClient(target.bootstrap_servers))
+
+
+def require_summary(target: Target) -> None:
+    require_api(target.capabilities(), READ_SHARE_GROUP_STATE_SUMMARY, 0, "ReadShareGroupStateSummary")
+
+
+# -- the tests ----------------------------------------------------------------------------------
+
+
+@pytest.mark.requirement("KIP-932.ACK.004", "KIP-932.STATE.012", "KIP-932.DELIVERY.002")
+def test_share_partition_leader_crash_keeps_acknowledged_state(target, unique, request):
+    t = three_node_target(target)
+    require_summary(t)
+    with share_setup(t, unique) as s:
+        node = s.leader()
+        got, epoch = open_and_acquire(s, node, s.member, 20)
+        seen = counts_of(got)
+        ack = share_ack(node, s.group, s.member, epoch, {s.part(): [
+            (0, 4, [ACCEPT]), (5, 6, [REJECT]), (7, 9, [RELEASE])]})
+        assert ack.error_code == E.none and share_ops.ack_codes(ack) == {0: E.none}, ack
+        again, epoch = drain(node, s, s.member, epoch + 1, 3)
+        assert again == {7: 2, 8: 2, 9: 2}, again
+        seen.update(again)
+        ack = share_ack(node, s.group, s.member, epoch, {s.part(): [(7, 7, [ACCEPT])]})
+        assert share_ops.ack_codes(ack) == {0: E.none}, ack
+        # 0..7 are final: the SPSO is 8 in memory. The stored one may lag by one write
+        # (Kafka writes the start offset it had before applying the acknowledgement).
+        before = spso(s.cc, s)
+        record(request, "stored_spso_before_crash", before)
+        assert 0 <= before <= 8, before
+        leader = s.leader_id()
+        s.cc.close()
+    t.kill_node(leader)  # SIGKILL on kafka-native: nothing flushed at shutdown
+    t.restart_node(leader)
+    after = fresh(t, s)
+    try:
+        restarted = spso(after.cc, after)
+        assert restarted >= before, f"the stored SPSO went back from {before} to {restarted}"
+        member = after.join()
+        counts, node, epoch = redeliveries(after.cc, after, member, set(range(8, 20)))
+        record(request, "delivery_counts_after_restart", counts)
+        assert set(counts) == set(range(8, 20)), f"after the leader restart, delivered {sorted(counts)}; want 8..19"
+        lower = {o: (seen[o], c) for o, c in counts.items() if c < seen[o]}
+        assert not lower, f"delivery counts went back (before, after): {lower}"
+        ack = share_ack(node, after.group, member, epoch, {after.part(): [(8, 19, [ACCEPT])]})
+        assert share_ops.ack_codes(ack) == {0: E.none}, ack
+        final = spso(after.cc, after)
+        record(request, "stored_spso_after_all_accepted", final)
+        assert restarted <= final <= 20, (restarted, final)
+    finally:
+        after.cc.close()
+
+
+@pytest.mark.requirement("KIP-932.SCOORD.002", "KIP-932.PERSIST.005", "KIP-932.DELIVERY.002")
+def test_share_coordinator_crash_keeps_the_durable_state(target, unique, request):
+    t = three_node_target(target)
+    require_summary(t)
+    with share_setup(t, unique) as s:
+        node = s.leader()
+        got, epoch = open_and_acquire(s, node, s.member, 10)
+        seen = counts_of(got)
+        ack = share_ack(node, s.group, s.member, epoch, {s.part(): [(0, 4, [ACCEPT]), (5, 6, [RELEASE])]})
+        assert share_ops.ack_codes(ack) == {0: E.none}, ack
+        before = spso(s.cc, s)  # 5 in memory; the stored value may lag by one write
+        record(request, "stored_spso_before_crash", before)
+        assert 0 <= before <= 5, before
+        coord, leader = share_coordinator(s.cc, s), s.leader_id()
+        record(request, "share_coordinator_is_leader", coord == leader)
+        s.cc.close()
+    t.kill_node(coord)
+    t.restart_node(coord)
+    if leader != coord:  # reload the share-partition from the (moved) coordinator
+        t.kill_node(leader)
+        t.restart_node(leader)
+    after = fresh(t, s)
+    try:
+        restarted = spso(after.cc, after)
+        assert restarted >= before, f"the stored SPSO went back from {before} to {restarted}"
+        member = after.join()
+        counts, node, epoch = redeliveries(after.cc, after, member, set(range(5, 10)))
+        record(request, "delivery_counts_after_restart", counts)
+        assert set(counts) == set(range(5, 10)), f"after the restarts, delivered {sorted(counts)}; want 5..9"
+        # 5..6 were released (count 1 stored): their next delivery counts at least 2.
+        floor = {o: seen[o] + 1 if o in (5, 6) else seen[o] for o in counts}
+        lower = {o: (floor[o], c) for o, c in counts.items() if c < floor[o]}
+        assert not lower, f"delivery counts went back (at least, got): {lower}"
+        ack = share_ack(node, after.group, member, epoch, {after.part(): [(5, 9, [ACCEPT])]})
+        assert share_ops.ack_codes(ack) == {0: E.none}, ack
+        final = spso(after.cc, after)
+        record(request, "stored_spso_after_all_accepted", final)
+        assert restarted <= final <= 10, (restarted, final)
+    finally:
+        after.cc.close()
