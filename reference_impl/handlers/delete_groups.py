@@ -1,8 +1,8 @@
 """DeleteGroups (key 42), v0-v2: only Empty (or offsets-only) groups can be deleted.
 
 A share group id (KIP-932) goes to `state.share_groups`: NON_EMPTY_GROUP while it has
-members, else its records are tombstoned. (Its share-partition state is not deleted from the
-persister yet: share-partition state is initialised by the model itself for now.)
+members, else its records are tombstoned and its share-partition state is deleted from the
+share coordinator (DeleteShareGroupState), as Kafka does.
 """
 
 from __future__ import annotations

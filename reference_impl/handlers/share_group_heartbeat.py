@@ -11,8 +11,9 @@ Order of checks, as Kafka 4.2/4.4 answer (observed on kafka-native):
    (GROUP_ID_NOT_FOUND for a classic group id), epochs, assignment.
 
 The handler answers at once. The assignment goes out in the response's topic-id form
-(None when unchanged). Share-partition state is initialised by the model itself
-(`auto_initialize`), so partitions come with the next heartbeat after the join.
+(None when unchanged). As in Kafka, the coordinator first initialises the share-partition
+state with the share coordinator (InitializeShareGroupState), so partitions come with the
+next heartbeat after the join.
 """
 
 from __future__ import annotations

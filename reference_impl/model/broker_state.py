@@ -97,27 +97,28 @@ class ReferenceState:
         self.groups = GroupCoordinator(sorted(self.nodes), clock, self.config)
         # Dynamic group configs (IncrementalAlterConfigs on the GROUP resource).
         self.group_configs = GroupConfigs(GroupConfigBounds(self.config.share_partition))
+        # The share coordinator's persister state (`__share_group_state` semantics).
+        self.share_coordinator = ShareCoordinator(clock, topic_exists=topic_exists_in(self.topics))
+        # Share-partition leaders and share sessions (ShareFetch / ShareAcknowledge).
+        self.share_partitions = SharePartitionManager(self.share_coordinator, self.config.share_partition)
+        self.share_partitions.group_configs = self.group_configs.all
         # Share groups (KIP-932) share the group-id namespace with classic groups: a share
         # heartbeat on a classic group id is GROUP_ID_NOT_FOUND (the `other_group_type` hook),
         # JoinGroup on a share group id is INCONSISTENT_GROUP_PROTOCOL (`group_type`, checked
-        # by the classic handlers). Share-partition state is initialised by the coordinator
-        # itself for now (`auto_initialize`); InitializeShareGroupState to the persister is
-        # not yet called on first assignment.
+        # by the classic handlers). As in Kafka, the group coordinator initialises
+        # share-partition state through the share coordinator (InitializeShareGroupState)
+        # before assigning partitions, resets it (AlterShareGroupOffsets) and deletes it
+        # (DeleteGroups, DeleteShareGroupOffsets); the leaders then reload it.
         self.share_groups = ShareGroupCoordinator(
             sorted(self.nodes),
             clock,
             self.config,
             self.topics,
             other_group_type=lambda group_id: "classic" if group_id in self.groups.groups else None,
-            auto_initialize=True,
             group_config=self.group_configs.get,
+            persister=self.share_coordinator,
+            on_state_reset=self.share_partitions.forget_group_topic,
         )
-        # The share coordinator's persister state (`__share_group_state` semantics). The share
-        # group coordinator above does not call it yet (see `auto_initialize`).
-        self.share_coordinator = ShareCoordinator(clock, topic_exists=topic_exists_in(self.topics))
-        # Share-partition leaders and share sessions (ShareFetch / ShareAcknowledge).
-        self.share_partitions = SharePartitionManager(self.share_coordinator, self.config.share_partition)
-        self.share_partitions.group_configs = self.group_configs.all
         self.producer_ids = ProducerIdManager()
         self.transactions = TransactionCoordinator(
             sorted(self.nodes), clock, self.config, self.topics, self.groups, producer_ids=self.producer_ids

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Sequence
 
 from kio.schema.errors import ErrorCode
@@ -369,6 +369,9 @@ class ShareCoordinator:
             state_batches=(),
             create_timestamp=now,
             write_timestamp=now,
+            # A known start offset with nothing in flight (AlterShareGroupOffsets): Kafka
+            # counts 0 completed records, so DescribeShareGroupOffsets reports a lag.
+            delivery_complete_count=NO_DELIVERY_COMPLETE_COUNT if start_offset == UNINITIALIZED_START_OFFSET else 0,
         )
         record = self._append(snapshot_record(key, value, now))
         return PersisterResult(key, records=(record,))

@@ -29,10 +29,14 @@ Heartbeat, step by step (Kafka 4.2 order):
    member epoch := assignment epoch, assigned partitions := its target (filtered to its
    subscriptions);
 9. partitions of subscribed topics whose share-group state is not initialised are
-   recorded as initializing and returned as an `InitializeRequest` (with
-   `auto_initialize` the coordinator completes it itself, after the response is built,
-   so - as in Kafka - the first response has an empty assignment and the next heartbeat
-   brings the partitions with a bumped epoch).
+   recorded as initializing; after the response is built they are initialised through the
+   `persister` (InitializeShareGroupState, as Kafka does), or - without one - returned as
+   an `InitializeRequest` or completed by the coordinator itself (`auto_initialize`). As
+   in Kafka the first response has an empty assignment and the next heartbeat brings the
+   partitions with a bumped epoch.
+
+Administration (Alter/DeleteShareGroupOffsets, DeleteGroups) writes and deletes
+share-partition state through the persister too; see docs/share-admin.md.
 
 Placement (NOT_COORDINATOR) is the handlers' business, as for classic groups.
 """
@@ -184,6 +188,8 @@ class ShareGroupCoordinator:
         assignor: SimpleAssignor | None = None,
         auto_initialize: bool = True,
         id_factory: Callable[[], str] | None = None,
+        persister: Any = None,
+        on_state_reset: Callable[[str, TopicId], None] | None = None,
     ) -> None:
         self.node_ids = list(node_ids)
         self.clock = clock
@@ -195,6 +201,13 @@ class ShareGroupCoordinator:
         self.group_config = group_config
         self.assignor = assignor or SimpleAssignor()
         self.auto_initialize = auto_initialize
+        # The share coordinator (Kafka's Persister): when set, share-partition state is
+        # initialised (InitializeShareGroupState), reset and deleted through it, as Kafka's
+        # group coordinator does; `auto_initialize` only matters without one.
+        self.persister = persister
+        # The share-partition leaders drop their in-memory state of (group, topic) after an
+        # admin reset or delete, so the next fetch reloads it from the persister.
+        self.on_state_reset = on_state_reset
         self._new_uuid = id_factory or (lambda: str(uuid.uuid4()))
         self.store = ShareGroupStore()
         self.log: list[CoordinatorRecord] = []  # every record written, in order
@@ -528,11 +541,27 @@ class ShareGroupCoordinator:
             self.heartbeat_interval_ms(group_id),
             freeze_partitions(member.assigned_partitions) if send_assignment else None,
             None,
-            None if self.auto_initialize else initialize,
+            None if self.auto_initialize or self.persister is not None else initialize,
         )
-        if initialize is not None and self.auto_initialize:
+        if initialize is not None and self.persister is not None:
+            self._initialize_state(initialize, now)
+        elif initialize is not None and self.auto_initialize:
             self.complete_initialization(group_id, dict(initialize.topics), now_ms=now)
         return result
+
+    def _initialize_state(self, request: InitializeRequest, now: int) -> None:
+        """InitializeShareGroupState (start offset -1, state epoch = group epoch) for the
+        partitions being initialised; those the persister accepted become assignable."""
+        done: dict[TopicId, set[int]] = {}
+        failed: dict[TopicId, set[int]] = {}
+        for topic_id, partitions in dict(request.topics).items():
+            for p in sorted(partitions):
+                result = self.persister.initialize(request.group_id, topic_id, p, request.state_epoch, -1, now_ms=now)
+                (done if result.error == ErrorCode.none else failed).setdefault(topic_id, set()).add(p)
+        if done:
+            self.complete_initialization(request.group_id, done, now_ms=now)
+        if failed:
+            self.fail_initialization(request.group_id, failed, now_ms=now)
 
     def _compute_targets(self, group: ShareGroup | None, members: list[ShareGroupMember]):
         names = sorted(set().union(*(m.subscribed_topic_names for m in members)) if members else ())
@@ -688,9 +717,9 @@ class ShareGroupCoordinator:
         ]
 
     def delete_groups(self, group_ids: Iterable[str], now_ms: int | None = None) -> list[tuple[str, ErrorCode]]:
-        """DeleteGroups for share groups: only Empty groups; tombstones every group record.
-        (Deleting the share-partition state is the share coordinator's job: read
-        `initialized_partitions` first.)"""
+        """DeleteGroups for share groups: only Empty groups; tombstones every group record
+        and deletes the group's share-partition state from the persister
+        (DeleteShareGroupState), as Kafka's group coordinator does."""
         now = self.clock.now_ms() if now_ms is None else now_ms
         out = []
         for group_id in group_ids:
@@ -701,13 +730,163 @@ class ShareGroupCoordinator:
             elif not group.is_empty:
                 out.append((group_id, ErrorCode.non_empty_group))
             else:
+                stateful = self._stateful_partitions(group)
                 self._apply([
                     target_assignment_epoch_tombstone(group_id),
                     state_partition_metadata_tombstone(group_id),
                     group_epoch_tombstone(group_id),
                 ], now)
+                for topic_id, partitions in stateful.items():
+                    self._delete_state(group_id, topic_id, partitions, now)
                 out.append((group_id, ErrorCode.none))
         return out
+
+    # -- Describe/Alter/DeleteShareGroupOffsets ------------------------------------------
+
+    def offsets_topics(self, group_id: str) -> dict[TopicId, tuple[str, frozenset[int]]]:
+        """The share-partitions DescribeShareGroupOffsets reports when no topics are named:
+        the initialised ones (nothing for an unknown or non-share group, as in Kafka)."""
+        group = self.store.get(group_id)
+        return {} if group is None else dict(group.initialized)
+
+    def _admin_check(self, group_id: str, now: int) -> ShareGroup | None:
+        """Alter/DeleteShareGroupOffsets need a share group (or no group) without members."""
+        self._check_namespace(group_id)
+        self._run_due(group_id, now)
+        group = self.store.get(group_id)
+        if group is not None and not group.is_empty:
+            raise _Error(ErrorCode.non_empty_group, "The group is not empty.")
+        return group
+
+    def alter_offsets(
+        self, group_id: str, topics: Mapping[str, Sequence[tuple[int, int]]], now_ms: int | None = None
+    ) -> OffsetsAdminResult:
+        """AlterShareGroupOffsets: the new start offset of each named share-partition is
+        written through the persister (InitializeShareGroupState: no in-flight batches, so
+        in-flight state is discarded) and the partitions become initialised. Kafka accepts
+        any offset (also past the end, or -1 = uninitialised) and creates a missing share
+        group (Empty)."""
+        now = self.clock.now_ms() if now_ms is None else now_ms
+        try:
+            group = self._admin_check(group_id, now)
+        except _Error as e:
+            return OffsetsAdminResult(e.error, e.message)
+        results: list[TopicOffsetsResult] = []
+        accepted: dict[TopicId, tuple[str, dict[int, int]]] = {}
+        for name, partitions in topics.items():
+            resolved = self._resolve(name)
+            if resolved is None:
+                results.append(TopicOffsetsResult(name, None, tuple(
+                    (p, ErrorCode.unknown_topic_or_partition, UNKNOWN_PARTITION_MESSAGE) for p, _o in partitions)))
+                continue
+            topic_id, count = resolved
+            answers = []
+            for p, offset in partitions:
+                if 0 <= p < count:
+                    accepted.setdefault(topic_id, (name, {}))[1][p] = offset
+                    answers.append((p, ErrorCode.none, None))
+                else:
+                    answers.append((p, ErrorCode.unknown_topic_or_partition, UNKNOWN_PARTITION_MESSAGE))
+            results.append(TopicOffsetsResult(name, topic_id, tuple(answers)))
+        if accepted:
+            self._reset_state(group_id, group, accepted, now)
+        # Kafka answers the topics it could not resolve first.
+        results.sort(key=lambda r: r.topic_id is not None)
+        return OffsetsAdminResult(topics=tuple(results))
+
+    def _reset_state(self, group_id: str, group: ShareGroup | None, offsets, now: int) -> None:
+        records: list[CoordinatorRecord] = []
+        if group is None:
+            records.append(group_epoch_record(group_id, 0, 0))
+        epoch = 0 if group is None else group.group_epoch
+        initializing = {} if group is None else {t: (v.name, set(v.partitions) - set(offsets.get(t, ("", {}))[1]))
+                                                  for t, v in group.initializing.items()}
+        initialized = {} if group is None else {t: (n, set(ps)) for t, (n, ps) in group.initialized.items()}
+        for topic_id, (name, starts) in offsets.items():
+            initialized.setdefault(topic_id, (name, set()))[1].update(starts)
+        deleting = {} if group is None else {t: n for t, n in group.deleting.items() if t not in offsets}
+        records.append(state_partition_metadata_record(
+            group_id, {t: v for t, v in initializing.items() if v[1]}, initialized, deleting))
+        self._apply(records, now)
+        for topic_id, (_name, starts) in offsets.items():
+            for p, offset in sorted(starts.items()):
+                if self.persister is not None:
+                    self.persister.initialize(group_id, topic_id, p, epoch, offset, now_ms=now)
+            if self.on_state_reset is not None:
+                self.on_state_reset(group_id, topic_id)
+
+    def delete_offsets(self, group_id: str, topic_names: Iterable[str], now_ms: int | None = None) -> OffsetsAdminResult:
+        """DeleteShareGroupOffsets: the share-partition state of whole topics is deleted
+        (DeleteShareGroupState) and the topics leave the group's initialised set. An unknown
+        group is GROUP_ID_NOT_FOUND ("Group g not found.")."""
+        now = self.clock.now_ms() if now_ms is None else now_ms
+        try:
+            group = self._admin_check(group_id, now)
+        except _Error as e:
+            return OffsetsAdminResult(e.error, e.message)
+        if group is None:
+            return OffsetsAdminResult(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
+        stateful = self._stateful_partitions(group)
+        results: list[TopicOffsetsResult] = []
+        deleted: dict[TopicId, frozenset[int]] = {}
+        for name in dict.fromkeys(topic_names):
+            resolved = self._resolve(name)
+            if resolved is None:
+                results.append(TopicOffsetsResult(name, None, error=ErrorCode.unknown_topic_or_partition,
+                                                  message=UNKNOWN_PARTITION_MESSAGE))
+            elif resolved[0] not in stateful:
+                results.append(TopicOffsetsResult(name, None, error=ErrorCode.unknown_topic_or_partition,
+                                                  message="There is no offset information to delete."))
+            else:
+                results.append(TopicOffsetsResult(name, resolved[0]))
+                deleted[resolved[0]] = stateful[resolved[0]]
+        if deleted:
+            self._apply([state_partition_metadata_record(
+                group_id,
+                {t: (v.name, v.partitions) for t, v in group.initializing.items() if t not in deleted},
+                {t: v for t, v in group.initialized.items() if t not in deleted},
+                {t: n for t, n in group.deleting.items() if t not in deleted},
+            )], now)
+            for topic_id, partitions in deleted.items():
+                self._delete_state(group_id, topic_id, partitions, now)
+        return OffsetsAdminResult(topics=tuple(results))
+
+    @staticmethod
+    def _stateful_partitions(group: ShareGroup) -> dict[TopicId, frozenset[int]]:
+        """Partitions that have (or are getting) share-partition state in the persister."""
+        out = {t: set(ps) for t, (_n, ps) in group.initialized.items()}
+        for t, v in group.initializing.items():
+            out.setdefault(t, set()).update(v.partitions)
+        return {t: frozenset(ps) for t, ps in out.items()}
+
+    def _delete_state(self, group_id: str, topic_id: TopicId, partitions: Iterable[int], now: int) -> None:
+        if self.persister is not None:
+            for p in sorted(partitions):
+                self.persister.delete(group_id, topic_id, p, now_ms=now)
+        if self.on_state_reset is not None:
+            self.on_state_reset(group_id, topic_id)
+
+
+UNKNOWN_PARTITION_MESSAGE = "This server does not host this topic-partition."
+
+
+@dataclass(frozen=True, slots=True)
+class TopicOffsetsResult:
+    """One topic of an Alter/DeleteShareGroupOffsets answer: per-partition results
+    (partition, error, message) for Alter, a topic-level error for Delete."""
+
+    topic_name: str
+    topic_id: TopicId | None
+    partitions: tuple[tuple[int, ErrorCode, str | None], ...] = ()
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetsAdminResult:
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
+    topics: tuple[TopicOffsetsResult, ...] = ()
 
 
 def _metadata_of(m: ShareGroupMember) -> tuple:
@@ -727,11 +906,13 @@ __all__ = [
     "InitializeRequest",
     "LEAVE_GROUP_MEMBER_EPOCH",
     "ListedShareGroup",
+    "OffsetsAdminResult",
     "SHARE_GROUP_TYPE",
     "ShareGroup",
     "ShareGroupCoordinator",
     "ShareGroupDescription",
     "ShareGroupMember",
     "ShareGroupState",
+    "TopicOffsetsResult",
     "VALID_PREVIOUS_STATES",
 ]

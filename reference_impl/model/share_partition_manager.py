@@ -14,7 +14,8 @@ ticks it (`tick(now_ms)`) and tells it about closed connections
 Configuration: broker defaults (`SharePartitionConfig`) plus per-group overrides in
 `group_configs[group_id]`, keyed by Kafka's group config names
 (`share.auto.offset.reset`, `share.record.lock.duration.ms`, `share.isolation.level`,
-`share.delivery.count.limit`, `share.renew.acknowledge.enable`).
+`share.delivery.count.limit`, `share.partition.max.record.locks`,
+`share.renew.acknowledge.enable`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from kio.schema.errors import ErrorCode
 
 from reference_impl.model.partition_log import IsolationLevel, PartitionLog
 from reference_impl.model.share_partition import (
-    UNINITIALIZED_START_OFFSET,
     AckResult,
     AcquiredRecords,
     SharePartition,
@@ -96,6 +96,8 @@ class SharePartitionManager:
             cfg.isolation_level = _ISOLATION[value] if isinstance(value, str) else IsolationLevel(int(value))
         if "share.delivery.count.limit" in g:
             cfg.delivery_count_limit = int(g["share.delivery.count.limit"])
+        if "share.partition.max.record.locks" in g:
+            cfg.partition_max_record_locks = int(g["share.partition.max.record.locks"])
         if "share.renew.acknowledge.enable" in g:
             cfg.renew_acknowledge_enabled = str(g["share.renew.acknowledge.enable"]).lower() == "true"
         cfg.__post_init__()
@@ -166,8 +168,10 @@ class SharePartitionManager:
                 group_id, log.topic, partition, result.start_offset, result.state_batches, config,
                 state_epoch=result.state_epoch, leader_epoch=leader_epoch, log=log, now_ms=now_ms,
             )
-            if result.start_offset == UNINITIALIZED_START_OFFSET:
-                self._persist(key, sp, now_ms)
+            # A start offset of -1 (initialised by the group coordinator, never written)
+            # is resolved from share.auto.offset.reset in memory only: like Kafka, nothing
+            # is written until the first state change, so DescribeShareGroupOffsets still
+            # reports -1 after a fetch without acknowledgements.
         else:
             # Nothing stored (the group coordinator has not initialised it): the SPSO comes
             # from share.auto.offset.reset and is persisted (InitializeShareGroupState).
@@ -189,7 +193,8 @@ class SharePartitionManager:
         group_id, topic_id, partition = key
         result = sc.write(
             group_id, topic_id, partition, state_epoch=sp.state_epoch, leader_epoch=sp.leader_epoch,
-            start_offset=sp.spso, state_batches=batches, now_ms=now_ms,
+            start_offset=sp.spso, state_batches=batches, delivery_complete_count=_delivery_complete_count(batches),
+            now_ms=now_ms,
         )
         if not result.ok:
             self.persist_errors.append((key, result.error))
@@ -259,9 +264,25 @@ class SharePartitionManager:
                 changed = True
         return changed
 
+    def forget_group_topic(self, group_id: str, topic_id: uuid.UUID) -> None:
+        """Drop the in-memory share-partitions of (group, topic): an admin reset or delete
+        changed the persisted state, and the next fetch must reload it (Kafka's leader is
+        fenced by the new state epoch and re-reads it)."""
+        for key in [k for k in self.partitions if k[0] == group_id and k[1] == topic_id]:
+            del self.partitions[key]
+
     def forget_topic(self, topic_id: uuid.UUID) -> None:
         for key in [k for k in self.partitions if k[1] == topic_id]:
             del self.partitions[key]
+
+
+_TERMINAL_STATES = (2, 4)  # Acknowledged, Archived (persisted state ids)
+
+
+def _delivery_complete_count(batches: Sequence[Any]) -> int:
+    """Records of the persisted in-flight window that reached a final state (KIP-1226's
+    deliveryCompleteCount; lag = high watermark - start offset - this)."""
+    return sum(b.last_offset - b.first_offset + 1 for b in batches if int(b.delivery_state) in _TERMINAL_STATES)
 
 
 def _records_within_bytes(sp: SharePartition, log: PartitionLog, max_bytes: int) -> int:

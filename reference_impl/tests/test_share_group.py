@@ -616,3 +616,112 @@ def test_many_groups_independent():
         for _ in range(2):
             assert join(coord, f"m{next(ids)}", group=g).error == ErrorCode.none
     assert {d.group_id: len(d.members) for d in coord.describe(["a", "b", "c"])} == {"a": 2, "b": 2, "c": 2}
+
+
+# -- the share coordinator as persister; share-group administration (KIP-932.ADMIN.*) --------
+
+
+def make_with_persister(**kw):
+    from reference_impl.model.share_coordinator import ShareCoordinator
+
+    coord, clock, topics = make()
+    persister = ShareCoordinator(clock)
+    resets: list[tuple[str, uuid.UUID]] = []
+    coord.persister = persister
+    coord.on_state_reset = lambda group, tid: resets.append((group, tid))
+    for name, value in kw.items():
+        setattr(coord, name, value)
+    return coord, clock, topics, persister, resets
+
+
+def stored(persister, tid, p, group=G):
+    from reference_impl.model.share_state_records import SharePartitionKey
+
+    return persister.state(SharePartitionKey(group, tid, p))
+
+
+def test_first_assignment_initialises_share_partition_state_through_the_persister():
+    coord, _clock, topics, persister, _ = make_with_persister()
+    tid = topics.get("t").topic_id
+    first = join(coord)
+    assert parts(first, topics) == set()  # as in Kafka: assigned once initialised
+    for p in range(4):
+        state = stored(persister, tid, p)
+        assert (state.start_offset, state.state_epoch) == (-1, first.member_epoch), state
+    again = coord.heartbeat(G, "m1", first.member_epoch)
+    assert parts(again, topics) == {0, 1, 2, 3}
+
+
+def test_partitions_whose_initialisation_failed_are_not_assigned():
+    coord, _clock, topics, persister, _ = make_with_persister()
+    refused = SimpleNamespace(error=ErrorCode.fenced_state_epoch)
+    coord.persister = SimpleNamespace(initialize=lambda *a, **k: refused)
+    first = join(coord)
+    again = coord.heartbeat(G, "m1", first.member_epoch)
+    assert parts(again, topics) == set()
+    assert coord.initialized_partitions(G) == {}
+    assert coord.pending_initialization(G) == {}
+
+
+def test_alter_offsets_needs_an_empty_share_group_and_writes_the_start_offset():
+    coord, _clock, topics, persister, resets = make_with_persister(other_group_type=lambda g: "classic" if g == "cg" else None)
+    tid = topics.get("t").topic_id
+    assert join(coord).error == ErrorCode.none
+    busy = coord.alter_offsets(G, {"t": [(0, 5)]})
+    assert (busy.error, busy.message, busy.topics) == (ErrorCode.non_empty_group, "The group is not empty.", ())
+    classic = coord.alter_offsets("cg", {"t": [(0, 5)]})
+    assert (classic.error, classic.message) == (ErrorCode.group_id_not_found, "Group cg is not a share group.")
+    coord.heartbeat(G, "m1", -1)
+    done = coord.alter_offsets(G, {"t": [(0, 5), (9, 1)], "gone": [(0, 1)]})
+    assert done.error == ErrorCode.none
+    assert [(t.topic_name, t.topic_id, t.partitions) for t in done.topics] == [
+        ("gone", None, ((0, ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition."),)),
+        ("t", tid, ((0, ErrorCode.none, None), (9, ErrorCode.unknown_topic_or_partition,
+                                                 "This server does not host this topic-partition."))),
+    ]
+    state = stored(persister, tid, 0)
+    assert (state.start_offset, state.state_batches, state.delivery_complete_count) == (5, (), 0)
+    assert stored(persister, tid, 1).start_offset == -1  # untouched
+    assert resets == [(G, tid)]
+
+
+def test_alter_offsets_creates_an_unknown_share_group():
+    coord, _clock, topics, persister, _ = make_with_persister()
+    tid = topics.get("t").topic_id
+    assert coord.alter_offsets("new", {"t": [(2, 7)]}).error == ErrorCode.none
+    assert coord.group("new").state is ShareGroupState.EMPTY
+    assert coord.offsets_topics("new") == {tid: ("t", frozenset({2}))}
+    assert stored(persister, tid, 2, group="new").start_offset == 7
+
+
+def test_delete_offsets_deletes_whole_topics_of_an_empty_group():
+    coord, _clock, topics, persister, resets = make_with_persister()
+    tid = topics.get("t").topic_id
+    topics.create("u", 1)
+    unknown = coord.delete_offsets("nope", ["t"])
+    assert (unknown.error, unknown.message) == (ErrorCode.group_id_not_found, "Group nope not found.")
+    assert join(coord).error == ErrorCode.none
+    assert coord.delete_offsets(G, ["t"]).error == ErrorCode.non_empty_group
+    coord.heartbeat(G, "m1", -1)
+    result = coord.delete_offsets(G, ["t", "t", "u", "gone"])
+    assert [(t.topic_name, t.topic_id, t.error, t.message) for t in result.topics] == [
+        ("t", tid, ErrorCode.none, None),
+        ("u", None, ErrorCode.unknown_topic_or_partition, "There is no offset information to delete."),
+        ("gone", None, ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition."),
+    ]
+    assert all(stored(persister, tid, p) is None for p in range(4))
+    assert coord.offsets_topics(G) == {}
+    assert resets == [(G, tid)]
+
+
+def test_delete_groups_deletes_the_share_partition_state():
+    coord, _clock, topics, persister, resets = make_with_persister()
+    tid = topics.get("t").topic_id
+    assert join(coord).error == ErrorCode.none
+    assert coord.delete_groups([G]) == [(G, ErrorCode.non_empty_group)]
+    coord.heartbeat(G, "m1", -1)
+    assert coord.delete_groups([G]) == [(G, ErrorCode.none)]
+    assert all(stored(persister, tid, p) is None for p in range(4))
+    assert coord.group(G) is None and resets == [(G, tid)]
+    assert join(coord).error == ErrorCode.none  # a new group initialises its state afresh
+    assert stored(persister, tid, 0).start_offset == -1

@@ -1,0 +1,46 @@
+"""AlterShareGroupOffsets (key 91), v0 (KIP-932): reset share-partition start offsets.
+
+As Kafka 4.4.0 answers (observed): a classic group id is GROUP_ID_NOT_FOUND ("Group g is
+not a share group."), a share group with members NON_EMPTY_GROUP ("The group is not
+empty."), both top-level with no topics; an unknown group is created (Empty) and altered;
+an empty group id is INVALID_GROUP_ID ("The group id is invalid.").
+Unknown topics and partitions are UNKNOWN_TOPIC_OR_PARTITION per partition (topic id null
+for an unknown topic, such topics listed first); any start offset is accepted (past the
+end, or -1 = uninitialised). The new start offset is written through the share coordinator
+without in-flight batches, and the share-partition leaders reload it (`state.share_groups`).
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from reference_impl.handlers._group_common import NO_THROTTLE, is_coordinator
+from reference_impl.handlers.registry import RequestContext, handles
+
+API_KEY = 91
+NOT_COORDINATOR_MESSAGE = "This is not the correct coordinator."
+
+
+def _error(ctx: RequestContext, error: ErrorCode, message: str | None) -> object:
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=error, error_message=message, responses=())
+
+
+@handles(API_KEY, 0, 0)
+def handle_alter_share_group_offsets(ctx: RequestContext, request) -> object:
+    if not ctx.state.config.share_groups_enabled:
+        return _error(ctx, ErrorCode.unsupported_version, None)
+    if not request.group_id:  # Kafka checks this before placement
+        return _error(ctx, ErrorCode.invalid_group_id, "The group id is invalid.")
+    if not is_coordinator(ctx, request.group_id):
+        return _error(ctx, ErrorCode.not_coordinator, NOT_COORDINATOR_MESSAGE)
+    wanted: dict[str, list[tuple[int, int]]] = {}
+    for t in request.topics:
+        wanted.setdefault(t.topic_name, []).extend((int(p.partition_index), int(p.start_offset)) for p in t.partitions)
+    result = ctx.state.share_groups.alter_offsets(request.group_id, wanted, ctx.now_ms)
+    if result.error != ErrorCode.none:
+        return _error(ctx, result.error, result.message)
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None, responses=tuple(
+        ctx.nested("AlterShareGroupOffsetsResponseTopic", topic_name=t.topic_name, topic_id=t.topic_id, partitions=tuple(
+            ctx.nested("AlterShareGroupOffsetsResponsePartition", partition_index=p, error_code=err, error_message=msg)
+            for p, err, msg in t.partitions))
+        for t in result.topics))

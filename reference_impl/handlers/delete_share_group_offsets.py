@@ -1,0 +1,41 @@
+"""DeleteShareGroupOffsets (key 92), v0 (KIP-932): delete the share-partition state of topics.
+
+As Kafka 4.4.0 answers (observed): a classic group id is GROUP_ID_NOT_FOUND ("Group g is
+not a share group."), a share group with members NON_EMPTY_GROUP ("The group is not
+empty."), an unknown group GROUP_ID_NOT_FOUND ("Group g not found."), an empty group id
+INVALID_GROUP_ID ("The group id is invalid."), top-level with no topics. Per topic: an unknown topic, or one the group has no state for, is
+UNKNOWN_TOPIC_OR_PARTITION with a null topic id; the rest succeed (their state is deleted
+from the share coordinator and the topic leaves the group's initialised set). A topic named
+twice is answered once.
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from reference_impl.handlers._group_common import NO_THROTTLE, is_coordinator
+from reference_impl.handlers.registry import RequestContext, handles
+
+API_KEY = 92
+NOT_COORDINATOR_MESSAGE = "This is not the correct coordinator."
+
+
+def _error(ctx: RequestContext, error: ErrorCode, message: str | None) -> object:
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=error, error_message=message, responses=())
+
+
+@handles(API_KEY, 0, 0)
+def handle_delete_share_group_offsets(ctx: RequestContext, request) -> object:
+    if not ctx.state.config.share_groups_enabled:
+        return _error(ctx, ErrorCode.unsupported_version, None)
+    if not request.group_id:  # Kafka checks this before placement
+        return _error(ctx, ErrorCode.invalid_group_id, "The group id is invalid.")
+    if not is_coordinator(ctx, request.group_id):
+        return _error(ctx, ErrorCode.not_coordinator, NOT_COORDINATOR_MESSAGE)
+    result = ctx.state.share_groups.delete_offsets(request.group_id, [t.topic_name for t in request.topics], ctx.now_ms)
+    if result.error != ErrorCode.none:
+        return _error(ctx, result.error, result.message)
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None, responses=tuple(
+        ctx.nested("DeleteShareGroupOffsetsResponseTopic", topic_name=t.topic_name, topic_id=t.topic_id,
+                   error_code=t.error, error_message=t.message)
+        for t in result.topics))
