@@ -50,8 +50,8 @@ def share_version(node: RawClient, api_key: int = SHARE_FETCH) -> int:
     return version
 
 
-def set_group_configs(client: ClusterClient, group: str, configs: dict[str, str]) -> None:
-    """share.* group configs with IncrementalAlterConfigs on the GROUP resource (type 32)."""
+def alter_group_configs(client: ClusterClient, group: str, configs: dict[str, str]) -> tuple[int, str | None]:
+    """IncrementalAlterConfigs SET on the GROUP resource (type 32): (error code, message)."""
     if client.bootstrap.negotiate(INCREMENTAL_ALTER_CONFIGS, 1) is None:
         raise NotSupportedByTarget("the target has no IncrementalAlterConfigs: group configs cannot be set")
     resp = client.bootstrap.request(
@@ -61,8 +61,24 @@ def set_group_configs(client: ClusterClient, group: str, configs: dict[str, str]
         validate_only=False,
     )
     result = resp.responses[0]
-    if result.error_code != E.none:
-        raise AssertionError(f"IncrementalAlterConfigs GROUP {group} {configs}: {result.error_code!r} {result.error_message}")
+    return int(result.error_code), result.error_message
+
+
+def set_group_configs(client: ClusterClient, group: str, configs: dict[str, str]) -> None:
+    """share.* group configs with IncrementalAlterConfigs on the GROUP resource (type 32)."""
+    code, message = alter_group_configs(client, group, configs)
+    if code != E.none:
+        raise AssertionError(f"IncrementalAlterConfigs GROUP {group} {configs}: {E(code)!r} {message}")
+
+
+def set_group_configs_if_known(client: ClusterClient, group: str, configs: dict[str, str]) -> None:
+    """set_group_configs, but a config name the target does not know (a later release's
+    group config, e.g. share.delivery.count.limit before 4.3) is NotSupportedByTarget."""
+    code, message = alter_group_configs(client, group, configs)
+    if code == E.invalid_config and "unknown" in (message or "").lower():
+        raise NotSupportedByTarget(f"the target does not know group config(s) {sorted(configs)}: {message}")
+    if code != E.none:
+        raise AssertionError(f"IncrementalAlterConfigs GROUP {group} {configs}: {E(code)!r} {message}")
 
 
 def heartbeat(node: RawClient, group: str, member: str, epoch: int, topics: list[str] | None = None) -> Any:
@@ -125,7 +141,8 @@ def share_fetch(
     return node.send(req, timeout=timeout)
 
 
-def share_ack(node: RawClient, group: str, member: str, epoch: int, acks: Acks, *, version: int | None = None) -> Any:
+def share_ack(node: RawClient, group: str, member: str, epoch: int, acks: Acks, *, version: int | None = None,
+              is_renew_ack: bool = False) -> Any:
     version = version or share_version(node, SHARE_ACKNOWLEDGE)
     by_topic: dict[uuid.UUID, list] = {}
     for (tid, p), batches in acks.items():
@@ -134,7 +151,7 @@ def share_ack(node: RawClient, group: str, member: str, epoch: int, acks: Acks, 
             for f, l, ts in batches)))
     req = payloads.build(
         framing.request_schema(SHARE_ACKNOWLEDGE, version), group_id=group, member_id=member, share_session_epoch=epoch,
-        is_renew_ack=False,
+        is_renew_ack=is_renew_ack,
         topics=tuple(nested(SHARE_ACKNOWLEDGE, version, "AcknowledgeTopic", topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
     )
     return node.send(req)
@@ -189,13 +206,218 @@ def fetch_until(node: RawClient, group: str, member: str, epoch: int, parts: lis
 
 
 def produce_values(client: ClusterClient, topic: str, values: list[bytes], partition: int = 0) -> int:
-    """One non-transactional batch to the partition leader; returns its base offset."""
+    """One non-transactional batch to the partition leader, stamped with the current time
+    (a 0 timestamp falls to Kafka's time-based retention as soon as the segment rolls, e.g.
+    when a new leader takes over); returns its base offset."""
     node = client.leader_for(topic, partition)
     req = payloads.build(
         framing.request_schema(0, 9), transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=5),
         topic_data=(nested(0, 9, "TopicProduceData", name=topic, partition_data=(
-            nested(0, 9, "PartitionProduceData", index=partition, records=r.build_batch(values)),)),),
+            nested(0, 9, "PartitionProduceData", index=partition, records=r.build_batch(values, timestamp_ms=int(time.time() * 1000))),)),),
     )
     resp = node.send(req).responses[0].partition_responses[0]
     assert resp.error_code == E.none, resp
     return int(resp.base_offset)
+
+
+# -- share-partition state as the share coordinator persisted it (ReadShareGroupState) ---------
+
+READ_SHARE_GROUP_STATE, SHARE_COORDINATOR_KEY_TYPE = 84, 2
+AVAILABLE, ACKNOWLEDGED, ARCHIVED = 0, 2, 4  # persisted DeliveryState codes (Acquired is never persisted)
+
+
+def read_share_state(client: ClusterClient, group: str, tid: uuid.UUID, p: int = 0,
+                     wait_s: float = 10.0) -> tuple[int, list[tuple[int, int, int, int]]]:
+    """(start offset = SPSO, [(first, last, delivery state, delivery count)]) of one
+    share-partition, read from its share coordinator. The read carries the partition's
+    current leader epoch (from Metadata): the share-partition leader stored that epoch, so
+    the probe is not fenced and records nothing new. Retries the share coordinator's
+    not-ready answers until `wait_s`."""
+    if client.bootstrap.negotiate(READ_SHARE_GROUP_STATE) is None:
+        raise NotSupportedByTarget("the target has no ReadShareGroupState: persisted share state is not observable")
+    key = f"{group}:{kafka_uuid(tid)}:{p}"
+    deadline = time.monotonic() + wait_s
+    while True:
+        coord = client.coordinator_for(key, SHARE_COORDINATOR_KEY_TYPE, wait_s=wait_s)
+        resp = coord.request(READ_SHARE_GROUP_STATE, 0, group_id=group, topics=(
+            nested(READ_SHARE_GROUP_STATE, 0, "ReadStateData", topic_id=tid, partitions=(
+                nested(READ_SHARE_GROUP_STATE, 0, "PartitionData", partition=p, leader_epoch=leader_epoch(client, tid, p)),)),))
+        part = resp.results[0].partitions[0]
+        if part.error_code == E.none:
+            return int(part.start_offset), [(int(b.first_offset), int(b.last_offset), int(b.delivery_state), int(b.delivery_count))
+                                            for b in part.state_batches]
+        if part.error_code not in RETRIABLE_COORDINATOR_ERRORS or time.monotonic() > deadline:
+            raise AssertionError(f"ReadShareGroupState {key}: {part.error_code!r} {part.error_message}")
+        time.sleep(0.2)
+
+
+def leader_epoch(client: ClusterClient, tid: uuid.UUID, p: int) -> int:
+    for t in client.refresh().topics:
+        if t.topic_id == tid:
+            return int(next(pm.leader_epoch for pm in t.partitions if pm.partition_index == p))
+    raise AssertionError(f"topic id {tid} not in metadata")
+
+
+def effective_spso(start: int, batches: list[tuple[int, int, int, int]]) -> int:
+    """The SPSO the persisted state implies: its start offset moved over leading
+    Acknowledged / Archived batches. Kafka 4.x writes the start offset as it was before the
+    acknowledgement being persisted (it moves the in-memory SPSO after the write), so the
+    stored start offset can lag one write behind while the batches already show why."""
+    final = {o for f, l, st, _ in batches if st in (ACKNOWLEDGED, ARCHIVED) for o in range(f, l + 1)}
+    while start in final:
+        start += 1
+    return start
+
+
+def kafka_uuid(u: uuid.UUID) -> str:
+    """Uuid.toString in Kafka: URL-safe base64 without padding (share coordinator keys)."""
+    return base64.urlsafe_b64encode(u.bytes).rstrip(b"=").decode()
+
+
+def persisted_states(batches: list[tuple[int, int, int, int]]) -> dict[int, tuple[int, int]]:
+    """offset -> (delivery state, delivery count) from read_share_state's batches."""
+    return {o: (s, c) for f, l, s, c in batches for o in range(f, l + 1)}
+
+
+# -- one member's share session, and a share-partition set up for a test -----------------------
+
+
+class ShareSession:
+    """One member's share session with one broker. Each accepted request moves the session
+    epoch on by one (0 opens the session); a request refused at the top level does not."""
+
+    def __init__(self, node: RawClient, group: str, member: str, version: int | None = None) -> None:
+        self.node, self.group, self.member = node, group, member
+        self.version = version or share_version(node, SHARE_FETCH)
+        self.epoch = 0
+        self.last_ranges: list[tuple[int, int, int]] = []  # AcquiredRecords of the last fetch_until
+
+    def fetch(self, parts: list[PartitionKey] = (), *, acks: Acks | None = None, max_wait_ms: int = 0, **kw: Any) -> Any:
+        resp = share_fetch(self.node, self.group, self.member, self.epoch, parts, acks=acks,
+                           max_wait_ms=max_wait_ms, version=self.version, **kw)
+        self._advance(resp)
+        return resp
+
+    def ack(self, acks: Acks, version: int | None = None, is_renew_ack: bool = False) -> Any:
+        resp = share_ack(self.node, self.group, self.member, self.epoch, acks, version=version or self.version,
+                         is_renew_ack=is_renew_ack)
+        self._advance(resp)
+        return resp
+
+    def fetch_until(self, parts: list[PartitionKey], want: int, wait_s: float = 10.0, max_wait_ms: int = 300,
+                    **kw: Any) -> dict[int, int]:
+        """Fetch until `want` offsets were acquired (or `wait_s` passed): offset -> delivery
+        count of everything acquired."""
+        got: dict[int, int] = {}
+        self.last_ranges = []
+        deadline = time.monotonic() + wait_s
+        while len(got) < want and time.monotonic() < deadline:
+            resp = self.fetch(parts, max_wait_ms=max_wait_ms, **kw)
+            assert resp.error_code == E.none, resp
+            got.update(delivery_counts(resp))
+            self.last_ranges += acquired(resp)
+        return got
+
+    def close(self, acks: Acks | None = None) -> Any:
+        """The final ShareAcknowledge (epoch -1): closes the session, releasing what it holds."""
+        return share_ack(self.node, self.group, self.member, -1, acks or {}, version=self.version)
+
+    def _advance(self, resp: Any) -> None:
+        if resp.error_code == E.none:
+            self.epoch += 1
+
+
+def require_share_groups(target: Any) -> None:
+    """NotSupportedByTarget unless the target speaks the share-group RPCs at v1+
+    (Kafka 4.1+ with share.version=1, the reference, librdkafka's mock)."""
+    caps = target.capabilities()
+    for key, name in ((SHARE_GROUP_HEARTBEAT, "ShareGroupHeartbeat"), (SHARE_FETCH, "ShareFetch"), (SHARE_ACKNOWLEDGE, "ShareAcknowledge")):
+        hi = caps.max_version(key)
+        if hi is None or hi < 1:
+            raise NotSupportedByTarget(f"{name} v1+ is not advertised (share groups)")
+
+
+def require_share_version(node: RawClient, version: int, what: str) -> None:
+    if share_version(node, SHARE_FETCH) < version or share_version(node, SHARE_ACKNOWLEDGE) < version:
+        raise NotSupportedByTarget(f"{what} needs ShareFetch/ShareAcknowledge v{version}")
+
+
+class SharePartitionUnderTest:
+    """One topic (partition 0 by default) read by one share group, for delivery tests.
+
+    `open()` creates the topic (the target's own means where it has no CreateTopics), sets
+    the group configs first (they must precede the group's first use), and `member()` joins
+    and opens a session on the partition leader."""
+
+    def __init__(self, target: Any, cc: ClusterClient, topic: str, group: str, partitions: int = 1) -> None:
+        self.target, self.cc, self.topic, self.group = target, cc, topic, group
+        self.partitions = partitions
+        self.tid: uuid.UUID | None = None
+        self._joined = False
+        self.member_epochs: dict[str, int] = {}  # member id -> epoch of its last heartbeat
+
+    def open(self, configs: dict[str, str] | None = None) -> "SharePartitionUnderTest":
+        from conformance import client_ops  # confluent-kafka admin; imported late (heavy)
+
+        require_share_groups(self.target)
+        client_ops.create_topic(self.target, self.topic, partitions=self.partitions)
+        if configs:
+            set_group_configs_if_known(self.cc, self.group, configs)
+        self.tid = self.wait_topic_id()
+        return self
+
+    def key(self, p: int = 0) -> PartitionKey:
+        return (self.tid, p)
+
+    def member(self, p: int = 0) -> ShareSession:
+        """A member with a share session on partition `p`'s leader. The group's first member
+        waits for its assignment (Kafka assigns a partition only once its share state is
+        initialised); later ones join with one heartbeat: ShareFetch does not depend on the
+        assignment, and an assignor that gives a partition to one member only (librdkafka's
+        mock) must not turn delivery checks into membership failures."""
+        if self._joined:
+            member = new_member_id()
+            deadline = time.monotonic() + 15
+            while True:  # the coordinator may be moving (a node was just stopped)
+                resp = heartbeat(self.cc.coordinator_for(self.group, 0, wait_s=15), self.group, member, 0, [self.topic])
+                if resp.error_code not in RETRIABLE_COORDINATOR_ERRORS or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            assert resp.error_code == E.none, resp
+            self.member_epochs[member] = int(resp.member_epoch)
+        else:
+            member, self.member_epochs[member] = join_share_group(self.cc, self.group, [self.topic])
+            self._joined = True
+        return ShareSession(self.cc.leader_for(self.topic, p), self.group, member)
+
+    def primed_member(self, p: int = 0) -> ShareSession:
+        """A member whose first (empty) fetch has initialised the share-partition, so with the
+        default `latest` reset everything produced afterwards is delivered."""
+        s = self.member(p)
+        resp = s.fetch([self.key(p)], max_wait_ms=200)
+        assert resp.error_code == E.none, resp
+        assert acquired(resp) == [], f"a fresh share-partition delivered records before any were produced: {acquired(resp)}"
+        return s
+
+    def produce(self, values: list[bytes], p: int = 0) -> int:
+        return produce_values(self.cc, self.topic, values, p)
+
+    def produce_batches(self, count: int, size: int, p: int = 0) -> int:
+        """`count` batches of `size` records; returns the first base offset."""
+        base = self.produce([b"r%d" % i for i in range(size)], p)
+        for _ in range(count - 1):
+            self.produce([b"r%d" % i for i in range(size)], p)
+        return base
+
+    def state(self, p: int = 0) -> tuple[int, list[tuple[int, int, int, int]]]:
+        return read_share_state(self.cc, self.group, self.tid, p)
+
+    def wait_topic_id(self) -> uuid.UUID:
+        deadline = time.monotonic() + 15
+        while True:
+            for t in self.cc.refresh([self.topic]).topics:
+                if t.name == self.topic and t.error_code == 0 and t.partitions and all(p.leader_id >= 0 for p in t.partitions):
+                    return t.topic_id
+            if time.monotonic() > deadline:
+                raise AssertionError(f"topic {self.topic} has no leaders in metadata")
+            time.sleep(0.1)

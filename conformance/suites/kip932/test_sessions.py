@@ -12,7 +12,6 @@ The setup helpers here are shared by test_membership.py and test_durability.py.
 
 from __future__ import annotations
 
-import datetime
 import time
 import uuid
 from contextlib import contextmanager
@@ -29,9 +28,7 @@ from conformance.share_ops import (
 from conformance.suites import require_api, require_feature
 from fixtures.target import NotSupportedByTarget, Target
 from reference_impl.client.raw_client import ClusterClient, RawClient
-from reference_impl.protocol import framing, payloads, records
 
-PRODUCE = 0
 MAX_EPOCH = 2**31 - 1
 # group.share.max.share.sessions: Kafka's default (4.1+), also the KIP's cap
 # (group.share.max.groups 10 x group.share.max.size 200).
@@ -54,20 +51,7 @@ def require_share_groups(target: Target) -> None:
         require_feature(caps, "share.version", 1)
 
 
-def produce_now(cc: ClusterClient, topic: str, values: list[bytes], partition: int = 0) -> int:
-    """One non-transactional batch (acks=all) stamped with the current time, to the
-    partition leader; returns its base offset. (share_ops.produce_values stamps 0, which a
-    broker's time-based retention deletes as soon as the segment rolls, e.g. after a restart.)"""
-    node = cc.leader_for(topic, partition)
-    batch = records.build_batch(values, timestamp_ms=int(time.time() * 1000))
-    req = payloads.build(
-        framing.request_schema(PRODUCE, 9), transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=10),
-        topic_data=(share_ops.nested(PRODUCE, 9, "TopicProduceData", name=topic, partition_data=(
-            share_ops.nested(PRODUCE, 9, "PartitionProduceData", index=partition, records=batch),)),),
-    )
-    resp = node.send(req).responses[0].partition_responses[0]
-    assert resp.error_code == E.none, resp
-    return int(resp.base_offset)
+produce_now = share_ops.produce_values
 
 
 @dataclass
