@@ -128,10 +128,23 @@ class ReferenceState:
     def controller_id(self) -> int:
         return min(self.alive or self.nodes)
 
-    def coordinator_for(self, key: str) -> int:
-        """Node coordinating a group or transactional id (stable while membership is fixed)."""
+    def preferred_coordinator(self, key: str) -> int:
+        """The node that coordinates a key while every node is up (the preferred leader of
+        the key's partition of __consumer_offsets / __transaction_state / __share_group_state)."""
         ids = sorted(self.nodes)
         return ids[stable_hash(key) % len(ids)]
+
+    def coordinator_for(self, key: str) -> int:
+        """Node coordinating a group, transactional id or share-partition key: the preferred
+        node, or while it is down the next live node after it (the internal topics are
+        replicated to every node, so leadership -- and coordination -- fails over)."""
+        ids = sorted(self.nodes)
+        start = ids.index(self.preferred_coordinator(key))
+        for i in range(len(ids)):
+            node = ids[(start + i) % len(ids)]
+            if node in self.alive:
+                return node
+        return ids[start]
 
     def group_type(self, group_id: str) -> str | None:
         """Which coordinator owns a group id: "share", "classic", or None (no such group)."""
@@ -151,9 +164,18 @@ class ReferenceState:
         self.transactions.tick(now)
 
     def on_node_restart(self, node_id: int) -> None:
-        """A stopped node starts again: the transactional ids it coordinates are reloaded from
-        the transaction log (COORDINATOR_LOAD_IN_PROGRESS for `load_duration_ms`)."""
-        self.transactions.begin_load(lambda tid: self.coordinator_for(tid) == node_id, self.clock.now_ms())
+        """A stopped node starts again and takes its coordinators back: the transactional ids
+        it prefers are reloaded from the transaction log (COORDINATOR_LOAD_IN_PROGRESS for
+        `load_duration_ms`)."""
+        self.transactions.begin_load(lambda tid: self.preferred_coordinator(tid) == node_id, self.clock.now_ms())
+
+    def on_node_down(self, node_id: int) -> None:
+        """A node stopped: another node takes over the transactional ids it coordinated and
+        loads them from the transaction log first, as a new partition leader of
+        __transaction_state does."""
+        self.alive.discard(node_id)
+        if self.alive:
+            self.transactions.begin_load(lambda tid: self.preferred_coordinator(tid) == node_id, self.clock.now_ms())
 
     def on_disconnect(self, connection_id: int) -> None:
         """A client connection closed: its share sessions end and release their records."""

@@ -107,7 +107,7 @@ class ReferenceCluster:
         await asyncio.gather(*tasks, return_exceptions=True)
         await server.wait_closed()
         self._sockets.pop(node_id, None)
-        self.state.alive.discard(node_id)
+        self.state.on_node_down(node_id)
 
     async def start_node(self, node_id: int) -> None:
         """Restart a stopped node on the port it had."""

@@ -1,0 +1,131 @@
+"""Throughput of `kipcheck check` on Spark: ``python -m benchmarks.trace_check_bench [--quick]``.
+
+Generates synthetic traces (benchmarks.synthetic_traces, every anomaly kind injected once)
+of two sizes (full: 1M and 10M exchanges; --quick: 100k and 1M), checks each on local[1]
+and local[2], verifies that the violations found are exactly the injected ones, and prints
+exchanges per second and the growth from the small to the large trace (time ratio over
+size ratio: 1.0 is linear). Each master runs in its own Python process (a JVM keeps its
+master for life), so every row includes reading the Parquet segments but not the JVM start.
+Besides wall time it reports the CPU seconds the Spark JVM and its Python workers used
+(from /proc): on a shared, busy machine wall time mostly measures the other processes,
+CPU time per exchange does not; cpu s / cores is the wall time to expect on idle cores
+with perfect parallelism.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+FULL = (1_000_000, 10_000_000)
+QUICK = (100_000, 1_000_000)
+MASTERS = ("local[1]", "local[2]")
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """User+system CPU seconds of a process and all its live descendants (Linux /proc):
+    the JVM, its threads and the Python workers. Unlike wall time it does not grow when
+    other processes compete for the cores."""
+    parent, cpu = {}, {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parent[int(name)] = int(fields[1])
+        cpu[int(name)] = (int(fields[11]) + int(fields[12])) / tick
+    total, todo = 0.0, [root]
+    while todo:
+        p = todo.pop()
+        total += cpu.get(p, 0.0)
+        todo.extend(c for c, pp in parent.items() if pp == p)
+    return total
+
+
+def check_once(path: str, master: str) -> dict:
+    """Run in a child process: check one trace, return timing and the (rule, seq) found."""
+    from replay.check_cmd import SPARK_CONF
+    from replay.check_spark import SparkChecker
+    from replay.spark_session import get_spark
+
+    spark = get_spark("kipcheck-check-bench", master, SPARK_CONF)
+    warm = spark.range(1000).selectExpr("sum(id)").collect()  # JVM and Python workers up before the clock
+    del warm
+    cpu0, started = tree_cpu_seconds(os.getpid()), time.perf_counter()
+    df = spark.read.parquet(path)
+    rows = df.count()
+    found = [(r.rule_id, r.seq) for r in SparkChecker(spark, df).violations().select("rule_id", "seq").collect()]
+    seconds = time.perf_counter() - started
+    cpu = tree_cpu_seconds(os.getpid()) - cpu0
+    spark.stop()
+    return {"rows": rows, "seconds": seconds, "cpu_seconds": cpu, "found": sorted(found)}
+
+
+def run_child(path: str, master: str) -> dict:
+    code = ("import json,sys; from benchmarks.trace_check_bench import check_once; "
+            f"print('RESULT', json.dumps(check_once({path!r}, {master!r})))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    raise RuntimeError(f"check on {master} failed: {proc.stderr[-2000:]}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.trace_check_bench", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help=f"sizes {QUICK} instead of {FULL}")
+    p.add_argument("--sizes", help="comma-separated exchange counts (overrides the preset)")
+    p.add_argument("--masters", default=",".join(MASTERS))
+    p.add_argument("--dir", help="where to write the traces (default: a temporary directory)")
+    p.add_argument("--json", metavar="OUT", help="also write the results as JSON")
+    args = p.parse_args(argv)
+    from benchmarks.synthetic_traces import generate
+
+    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else list(QUICK if args.quick else FULL)
+    masters = args.masters.split(",")
+    base = args.dir or tempfile.mkdtemp(prefix="kipcheck-check-bench-")
+    results, ok = [], True
+    print(f"{'exchanges':>11} {'master':9} {'gen s':>7} {'check s':>8} {'exchanges/s':>12} {'cpu s':>8} "
+          f"{'cpu us/exch':>11}  found == injected")
+    for n in sizes:
+        path = os.path.join(base, f"trace-{n}")
+        t0 = time.perf_counter()
+        expected = sorted(tuple(x) for x in generate(path, n, seed=n % 9973))
+        gen_s = time.perf_counter() - t0
+        for master in masters:
+            r = run_child(path, master)
+            exact = sorted(tuple(x) for x in r["found"]) == expected
+            ok = ok and exact and r["rows"] == n
+            rate = n / r["seconds"]
+            results.append({"exchanges": n, "master": master, "gen_s": gen_s, "check_s": r["seconds"], "rate": rate,
+                            "cpu_s": r["cpu_seconds"], "exact": exact, "injected": len(expected), "found": len(r["found"])})
+            print(f"{n:>11} {master:9} {gen_s:>7.1f} {r['seconds']:>8.1f} {rate:>12,.0f} {r['cpu_seconds']:>8.1f} "
+                  f"{r['cpu_seconds'] / n * 1e6:>11.1f}  {'yes' if exact else 'NO'} ({len(r['found'])}/{len(expected)})",
+                  flush=True)
+    if len(sizes) >= 2:
+        small, large = sizes[0], sizes[-1]
+        for master in masters:
+            a = next(r for r in results if r["exchanges"] == small and r["master"] == master)
+            b = next(r for r in results if r["exchanges"] == large and r["master"] == master)
+            growth = (b["check_s"] / a["check_s"]) / (large / small)
+            print(f"growth {small:,} -> {large:,} on {master}: time x{b['check_s'] / a['check_s']:.1f} for "
+                  f"x{large // small} exchanges (1.0 = linear: {growth:.2f})")
+    print(f"machine: {os.cpu_count()} cpu(s), load average {os.getloadavg()[0]:.1f} at the end")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,238 @@
+"""`kipcheck check DIR --out REPORT`: KIP-semantics invariants over one capture trace.
+
+Exit codes: 0 no violation, 1 violations found, 2 error (bad input, Spark failure).
+
+REPORT is a directory: `violations.parquet` (one row per rule, entity and exchange, with
+requirement ids, connection and api of the exchange) and `summary.json` (what was read and
+what was not, counts per rule, sample exchanges). A readable table goes to stdout.
+
+Runs unchanged under spark-submit (`spark-submit --master URL replay/check_cmd.py DIR
+--out REPORT`): the master spark-submit configured is kept; `--master` sets one
+explicitly; `--engine pure` checks without Spark (small traces).
+
+Bad input never gives a partial result silently: a missing directory, a corrupt or
+truncated completed segment, an unknown schema version, or exchanges that could not be
+decoded (e.g. an API version this kipcheck does not know) end with exit 2 and a message
+naming the file and where, with counts of what was read and what was not;
+`--skip-undecoded` checks the rest and reports the skipped rows in the summary.
+Partial `.parquet.tmp` segments (a recorder stopped while writing) and gap rows are
+listed in the summary and on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import Counter
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script (spark-submit replay/check_cmd.py)
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from replay import trace_reader as tr  # noqa: E402
+from replay.check_rules import BY_ID, RULES  # noqa: E402
+from replay.entity_replay import CheckConfig  # noqa: E402
+
+SAMPLES_PER_RULE = 5
+# defaults only (spark-submit --conf / --driver-memory win): the persisted exchanges of a
+# 10M-exchange trace do not fit the 1 GiB local-mode default heap
+SPARK_CONF = {"spark.ui.showConsoleProgress": "false", "spark.driver.memory": "4g"}
+
+
+class CheckInputError(Exception):
+    """The trace cannot be checked as given (the message says where and why)."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace_dir", metavar="DIR", help="trace directory written by kipcheck record")
+    p.add_argument("--out", required=True, metavar="REPORT", help="report directory (violations.parquet, summary.json)")
+    p.add_argument("--engine", choices=("spark", "pure"), default="spark", help="spark (default) or pure Python")
+    p.add_argument("--master", help="Spark master URL (default: what spark-submit set, else local[2])")
+    p.add_argument("--lock-duration-ms", type=int, default=30_000, help="share-group record lock duration (30000)")
+    p.add_argument("--delivery-count-limit", type=int, default=5, help="share-group delivery count limit (5)")
+    p.add_argument("--skip-undecoded", action="store_true",
+                   help="check the decoded exchanges when some could not be decoded (default: exit 2)")
+
+
+# ----------------------------------------------------------------------------- input
+
+
+def validate_segments(directory: str) -> tuple[list[str], tr.TraceReport]:
+    """Completed segments to read; raises TraceError naming the file (and offset) otherwise."""
+    if not os.path.isdir(directory):
+        raise tr.TraceError(f"trace directory {directory} does not exist")
+    done, partial = tr.list_segments(directory)
+    report = tr.TraceReport()
+    for path in done:
+        size = os.path.getsize(path)
+        bad = tr._check_footer(path, size)
+        if bad is not None:
+            raise tr.TraceCorruptError(path, bad[0], bad[1], report)
+        try:
+            version = tr.segment_version(path)
+            rows = tr.pq.read_metadata(path).num_rows
+        except Exception as exc:  # noqa: BLE001 - any footer failure is corruption
+            raise tr.TraceCorruptError(path, f"unreadable footer: {exc}", size - 8, report) from exc
+        if version is None or not version.isdigit() or int(version) not in tr.ts.SUPPORTED_VERSIONS:
+            raise tr.UnknownSchemaVersion(path, version)
+        report.read.append(tr.SegmentInfo(path, size, rows))
+    for path in partial:
+        report.skipped.append(tr.SegmentInfo(path, os.path.getsize(path), 0,
+                                             "partial segment: the recorder stopped while writing it"))
+    if not done:
+        raise tr.TraceError(f"trace directory {directory} holds no completed segment"
+                            + (f" ({len(partial)} partial segment(s) skipped)" if partial else ""))
+    return done, report
+
+
+def _undecoded_error(rows: list[dict], total: int, exchanges: int) -> CheckInputError:
+    first = "; ".join(f"{os.path.basename(r['file'] or '?')} seq {r['seq']} (api {r['api_key']} v{r['api_version']}): "
+                      f"{r['decode_error']}" for r in rows[:3])
+    return CheckInputError(f"{total} of {exchanges} exchange(s) could not be decoded, e.g. {first}; "
+                           "rerun with --skip-undecoded to check the others")
+
+
+# ----------------------------------------------------------------------------- engines
+
+
+def run_pure(paths: list[str], cfg: CheckConfig, skip_undecoded: bool) -> tuple[list[dict], dict]:
+    import pyarrow as pa
+
+    from replay import check_pure
+
+    tables, undecoded, stats = [], [], Counter()
+    for path in paths:
+        t = tr.read_segment(path)
+        stats["rows"] += t.num_rows
+        for r in t.select(["kind", "seq", "api_key", "api_version", "decode_error", "gap_count"]).to_pylist():
+            if r["kind"] == "gap":
+                stats["gap_rows"] += 1
+                stats["gap_exchanges"] += r["gap_count"] or 0
+            else:
+                stats["exchanges"] += 1
+                if r["decode_error"] is not None:
+                    undecoded.append({**r, "file": path})
+        tables.append(t.replace_schema_metadata(None))
+    stats["undecoded"] = len(undecoded)
+    if undecoded and not skip_undecoded:
+        raise _undecoded_error(undecoded, len(undecoded), stats["exchanges"])
+    return check_pure.check_table(pa.concat_tables(tables), cfg), dict(stats)
+
+
+def run_spark(paths: list[str], cfg: CheckConfig, skip_undecoded: bool, master: str | None, out: str) -> tuple[Any, dict]:
+    from pyspark.sql import functions as F
+
+    from replay.check_spark import SparkChecker
+    from replay.spark_session import get_spark
+
+    spark = get_spark("kipcheck-check", master, SPARK_CONF)
+    df = spark.read.parquet(*paths)
+    agg = (df.select(F.count(F.lit(1)).alias("rows"),
+                     F.sum(F.when(F.col("kind") == "gap", 1).otherwise(0)).alias("gap_rows"),
+                     F.sum(F.when(F.col("kind") == "gap", F.coalesce("gap_count", F.lit(0))).otherwise(0)).alias("gap_exchanges"),
+                     F.sum(F.when(F.col("kind") != "gap", 1).otherwise(0)).alias("exchanges"),
+                     F.sum(F.when((F.col("kind") != "gap") & F.col("decode_error").isNotNull(), 1).otherwise(0)).alias("undecoded"))
+           .collect()[0].asDict())
+    stats = {k: int(v or 0) for k, v in agg.items()}
+    if stats["undecoded"] and not skip_undecoded:
+        rows = (df.filter(F.col("decode_error").isNotNull() & (F.col("kind") != "gap"))
+                .select(F.input_file_name().alias("file"), "seq", "api_key", "api_version", "decode_error")
+                .orderBy("seq").limit(3).collect())
+        raise _undecoded_error([r.asDict() for r in rows], stats["undecoded"], stats["exchanges"])
+    violations = SparkChecker(spark, df, cfg).violations()
+    path = os.path.join(out, "violations.parquet")
+    violations.write.mode("overwrite").parquet(path)
+    return spark.read.parquet(path), stats
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def summarize(rows: list[dict], counts: dict[str, int], stats: dict, report: tr.TraceReport, seconds: float,
+              engine: str) -> dict:
+    by_rule = {}
+    for rule in RULES:
+        samples = [r for r in rows if r["rule_id"] == rule.id][:SAMPLES_PER_RULE]
+        by_rule[rule.id] = {
+            "requirement_ids": list(rule.requirements), "violations": counts.get(rule.id, 0),
+            "samples": [{k: s[k] for k in ("entity", "seq", "connection_id", "api_name", "detail")} for s in samples],
+        }
+    return {
+        "engine": engine, "seconds": round(seconds, 3),
+        "exchanges_per_second": round(stats.get("exchanges", 0) / seconds) if seconds > 0 else None,
+        "segments_read": [{"file": s.path, "rows": s.rows} for s in report.read],
+        "segments_skipped": [{"file": s.path, "bytes": s.size, "why": s.reason} for s in report.skipped],
+        "read": stats, "violations": sum(counts.values()), "rules": by_rule,
+    }
+
+
+def text_table(summary: dict) -> str:
+    lines = [f"{'rule':28} {'requirements':58} {'violations':>10}  first samples (seq, connection, api)"]
+    for rid, r in summary["rules"].items():
+        sample = ", ".join(f"{s['seq']}/{s['connection_id']}/{s['api_name']}" for s in r["samples"][:3])
+        lines.append(f"{rid:28} {','.join(r['requirement_ids'])[:58]:58} {r['violations']:>10}  {sample}")
+    st = summary["read"]
+    lines.append(f"{st.get('exchanges', 0)} exchange(s) in {len(summary['segments_read'])} segment(s) checked in "
+                 f"{summary['seconds']} s ({summary['engine']}); {summary['violations']} violation(s)")
+    if st.get("gap_rows"):
+        lines.append(f"trace has {st['gap_rows']} gap row(s): {st['gap_exchanges']} exchange(s) were not recorded")
+    if st.get("undecoded"):
+        lines.append(f"{st['undecoded']} exchange(s) could not be decoded and were not checked")
+    for s in summary["segments_skipped"]:
+        lines.append(f"skipped {os.path.basename(s['file'])} ({s['bytes']} bytes): {s['why']}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = CheckConfig(lock_duration_ms=args.lock_duration_ms, delivery_count_limit=args.delivery_count_limit)
+    started = time.monotonic()
+    try:
+        paths, report = validate_segments(args.trace_dir)
+        for s in report.skipped:
+            print(f"kipcheck check: skipping {s.path} ({s.size} bytes): {s.reason}", file=sys.stderr)
+        os.makedirs(args.out, exist_ok=True)
+        if args.engine == "pure":
+            rows, stats = run_pure(paths, cfg, args.skip_undecoded)
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            schema = pa.schema([("rule_id", pa.string()), ("requirement_ids", pa.string()), ("entity", pa.string()),
+                                ("seq", pa.int64()), ("connection_id", pa.int64()), ("api_name", pa.string()),
+                                ("detail", pa.string())])
+            pq.write_table(pa.Table.from_pylist(rows, schema=schema), os.path.join(args.out, "violations.parquet"))
+            counts = Counter(r["rule_id"] for r in rows)
+        else:
+            vdf, stats = run_spark(paths, cfg, args.skip_undecoded, args.master, args.out)
+            counts = {r["rule_id"]: r["n"] for r in vdf.groupBy("rule_id").count().withColumnRenamed("count", "n").collect()}
+            rows = []
+            for rid in counts:
+                rows.extend(r.asDict() for r in vdf.filter(vdf.rule_id == rid).orderBy("seq").limit(SAMPLES_PER_RULE).collect())
+    except (tr.TraceError, CheckInputError) as exc:
+        print(f"kipcheck check: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - Spark/IO failures end the job with a reason, not a traceback
+        print(f"kipcheck check: failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", file=sys.stderr)
+        return 2
+    unknown = set(counts) - set(BY_ID)
+    if unknown:
+        print(f"kipcheck check: internal error: unknown rule ids {sorted(unknown)}", file=sys.stderr)
+        return 2
+    rows.sort(key=lambda r: (r["rule_id"], r["seq"]))
+    summary = summarize(rows, dict(counts), stats, report, time.monotonic() - started, args.engine)
+    with open(os.path.join(args.out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    print(text_table(summary))
+    return 1 if summary["violations"] else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="kipcheck check", description="KIP-98 / KIP-932 invariants over one capture trace")
+    add_arguments(p)
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

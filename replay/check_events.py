@@ -1,0 +1,79 @@
+"""Shared vocabulary of the check job's normalized events (pure and Spark paths alike).
+
+Both checkers turn trace rows into the same event rows per entity kind; these constants
+and helpers are the one definition of what is selected and how entities are keyed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+API_PRODUCE, API_FETCH, API_OFFSET_COMMIT, API_OFFSET_FETCH = 0, 1, 8, 9
+API_INIT_PRODUCER_ID, API_ADD_PARTITIONS, API_ADD_OFFSETS, API_END_TXN, API_TXN_OFFSET_COMMIT = 22, 24, 25, 26, 28
+API_SHARE_FETCH, API_SHARE_ACKNOWLEDGE, API_DESCRIBE_SHARE_GROUP_OFFSETS = 78, 79, 90
+TXN_APIS = (API_INIT_PRODUCER_ID, API_ADD_PARTITIONS, API_ADD_OFFSETS, API_END_TXN, API_TXN_OFFSET_COMMIT)
+API_METADATA, API_CREATE_TOPICS = 3, 19
+READ_COMMITTED = 1
+# the apis any rule reads; Produce only with a transactional id, Fetch only read_committed
+RELEVANT_APIS = (API_PRODUCE, API_FETCH, API_METADATA, API_OFFSET_COMMIT, API_OFFSET_FETCH, API_CREATE_TOPICS,
+                 *TXN_APIS, API_SHARE_FETCH, API_SHARE_ACKNOWLEDGE, API_DESCRIBE_SHARE_GROUP_OFFSETS)
+
+# the columns the check reads (everything else stays on disk)
+COLUMNS = [
+    "kind", "seq", "request_mono_ns", "request_wall_ms", "response_mono_ns", "response_wall_ms", "connection_id",
+    "upstream", "api_key", "api_name", "api_version", "status", "decode_error", "error_code", "error_codes",
+    "transactional_id", "producer_id", "producer_epoch", "group_id", "member_id", "share_session_epoch",
+    "partitions", "batches", "acquired_records", "acknowledgement_batches", "aborted_transactions",
+    "request_json", "response_json",
+]
+
+
+
+def relevant(api_key: int, transactional_id: str | None, request_json: str | None) -> bool:
+    """Does any rule read this exchange? (the Spark path filters with the same predicate)"""
+    if api_key == API_PRODUCE:
+        return transactional_id is not None
+    if api_key == API_FETCH:
+        return json_field(request_json, "isolation_level") == READ_COMMITTED
+    return api_key in RELEVANT_APIS
+
+
+# Event columns per entity kind (the applyInPandas input schemas follow these).
+TXN_EVENT = ["entity", "seq", "api", "t_req", "t_resp", "pid", "epoch", "grant_pid", "grant_epoch", "ok"]
+GROUP_EVENT = ["entity", "seq", "kind", "t", "topic", "partition", "offset", "txn", "committed"]
+SHARE_EVENT = ["entity", "seq", "kind", "topic_id", "partition", "member", "first", "last", "count", "types", "t_req",
+               "t_resp", "ok"]  # entity: the share group
+SESSION_EVENT = ["entity", "seq", "api", "group", "member", "epoch", "has_acks", "error", "conn"]
+
+
+def session_key(upstream: str, group: str, member: str) -> str:
+    return f"{upstream}|{group}|{member}"
+
+
+def txn_key(transactional_id: str, ordinal: int) -> str:
+    return f"{transactional_id}#{ordinal}"
+
+
+def json_field(text: str | None, name: str) -> Any:
+    if not text:
+        return None
+    try:
+        return json.loads(text).get(name)
+    except (ValueError, AttributeError):
+        return None
+
+
+def spso_reports(response_json: str | None) -> list[tuple[str, int, int]]:
+    """(topic id, partition, start offset) of a DescribeShareGroupOffsets response."""
+    out = []
+    try:
+        doc = json.loads(response_json or "{}")
+    except ValueError:
+        return out
+    for g in doc.get("groups") or []:
+        for t in g.get("topics") or []:
+            for p in t.get("partitions") or []:
+                if (p.get("error_code") or 0) == 0 and p.get("start_offset") is not None and p["start_offset"] >= 0:
+                    out.append((t.get("topic_id"), int(p["partition_index"]), int(p["start_offset"])))
+    return out
