@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar, Iterable, Iterator, Mapping, Sequence
 
 INVOKE, OK, FAIL, INFO = "invoke", "ok", "fail", "info"
 OP_TYPES = (INVOKE, OK, FAIL, INFO)
@@ -192,6 +192,9 @@ def strip_results(value: Any) -> Any:
 
 @dataclass(frozen=True, eq=True)
 class Op:
+    """One history entry. Subclasses for other workloads (chaos.share_history) set their
+    own operation names (`FS`) and value canonicalisation (`canon_value`)."""
+
     index: int
     time_ns: int
     process: Any
@@ -200,14 +203,22 @@ class Op:
     value: Any = None
     error: Any = None
 
+    FS: ClassVar[tuple[str, ...]] = FS
     __hash__ = None  # type: ignore[assignment]  # values hold lists
 
     def __post_init__(self) -> None:
         if self.type not in OP_TYPES:
             raise HistoryError(f"op {self.index}: type must be one of {OP_TYPES}, got {self.type!r}")
-        if self.f not in FS:
-            raise HistoryError(f"op {self.index}: f must be one of {FS}, got {self.f!r}")
-        object.__setattr__(self, "value", _canon_value(self.f, self.value))
+        if self.f not in self.FS:
+            raise HistoryError(f"op {self.index}: f must be one of {self.FS}, got {self.f!r}")
+        try:
+            object.__setattr__(self, "value", self.canon_value(self.f, self.type, self.value))
+        except HistoryError as exc:
+            raise HistoryError(f"op {self.index}: {exc}") from None
+
+    @staticmethod
+    def canon_value(f: str, type_: str, value: Any) -> Any:
+        return _canon_value(f, value)
 
     @property
     def is_invoke(self) -> bool:
@@ -278,6 +289,9 @@ class Completed:
 class History:
     ops: tuple[Op, ...] = field(default_factory=tuple)
 
+    op_class: ClassVar[type[Op]] = Op
+    completed_class: ClassVar[type[Completed]] = Completed
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "ops", tuple(self.ops))
 
@@ -317,7 +331,7 @@ class History:
                     raise HistoryError(f"op {op.index}: completes f={op.f!r} but op "
                                        f"{inv.index} invoked f={inv.f!r}")
                 done[inv.index] = op
-        return [Completed(inv, done[inv.index]) for inv in order]
+        return [self.completed_class(inv, done[inv.index]) for inv in order]
 
     def validate(self) -> "History":
         """Raise ``HistoryError`` unless indices are 0..n-1 in order and ops pair up."""
@@ -332,7 +346,7 @@ class History:
 
     @classmethod
     def from_list(cls, ops: Iterable[Mapping]) -> "History":
-        return cls(tuple(Op.from_dict(d) for d in ops))
+        return cls(tuple(cls.op_class.from_dict(d) for d in ops))
 
 
 def to_json(history: History, indent: int | None = None) -> str:

@@ -28,9 +28,10 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, ClassVar, Iterable, Mapping
 
-from chaos.history import COMPLETION_TYPES, INFO, INVOKE, OK, OP_TYPES, HistoryError, Key, key_of
+from chaos.history import COMPLETION_TYPES, INFO, INVOKE, OK, HistoryError, History, Key, Op, key_of
+from chaos.history import Completed as BaseCompleted
 
 __all__ = [
     "ACK_TYPES", "FS", "AckEntry", "Acquisition", "Completed", "ShareHistory", "ShareHistoryBuilder",
@@ -99,65 +100,21 @@ def _canon_value(f: str, type_: str, value: Any) -> Any:
     return value
 
 
-@dataclass(frozen=True)
-class ShareOp:
-    index: int
-    time_ns: int
-    process: Any
-    type: str
-    f: str
-    value: Any = None
-    error: Any = None
+@dataclass(frozen=True, eq=True)
+class ShareOp(Op):
+    """A share-group history entry: the operations `FS`, values canonicalised per `f`."""
 
+    FS: ClassVar[tuple[str, ...]] = FS
     __hash__ = None  # type: ignore[assignment]
 
-    def __post_init__(self) -> None:
-        if self.type not in OP_TYPES:
-            raise HistoryError(f"op {self.index}: type must be one of {OP_TYPES}, got {self.type!r}")
-        if self.f not in FS:
-            raise HistoryError(f"op {self.index}: f must be one of {FS}, got {self.f!r}")
-        try:
-            object.__setattr__(self, "value", _canon_value(self.f, self.type, self.value))
-        except HistoryError as exc:
-            raise HistoryError(f"op {self.index}: {exc}") from None
-
-    def to_dict(self) -> dict:
-        d = {"index": self.index, "time_ns": self.time_ns, "process": self.process,
-             "type": self.type, "f": self.f, "value": self.value}
-        if self.error is not None:
-            d["error"] = self.error
-        return d
-
-    @classmethod
-    def from_dict(cls, d: Mapping) -> "ShareOp":
-        try:
-            return cls(d["index"], d["time_ns"], d["process"], d["type"], d["f"], d.get("value"), d.get("error"))
-        except KeyError as exc:
-            raise HistoryError(f"op is missing field {exc}: {dict(d)!r}") from None
+    @staticmethod
+    def canon_value(f: str, type_: str, value: Any) -> Any:
+        return _canon_value(f, type_, value)
 
 
 @dataclass(frozen=True)
-class Completed:
+class Completed(BaseCompleted):
     """An invocation and its completion (None: never completed, counts as info)."""
-
-    invoke: ShareOp
-    complete: ShareOp | None
-
-    @property
-    def type(self) -> str:
-        return INFO if self.complete is None else self.complete.type
-
-    @property
-    def f(self) -> str:
-        return self.invoke.f
-
-    @property
-    def process(self) -> Any:
-        return self.invoke.process
-
-    @property
-    def index(self) -> int:
-        return self.invoke.index if self.complete is None else self.complete.index
 
     @property
     def start(self) -> int:
@@ -167,13 +124,7 @@ class Completed:
     @property
     def end(self) -> float:
         """History index of the completion (infinity if none): the op took effect before it."""
-        return float("inf") if self.complete is None else self.complete.index
-
-    @property
-    def value(self) -> Any:
-        if self.complete is not None and self.complete.value is not None:
-            return self.complete.value
-        return self.invoke.value
+        return self.end_index
 
 
 @dataclass(frozen=True)
@@ -196,53 +147,11 @@ class AckEntry:
 
 
 @dataclass(frozen=True)
-class ShareHistory:
+class ShareHistory(History):
     ops: tuple[ShareOp, ...] = field(default_factory=tuple)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "ops", tuple(self.ops))
-
-    def __iter__(self) -> Iterator[ShareOp]:
-        return iter(self.ops)
-
-    def __len__(self) -> int:
-        return len(self.ops)
-
-    def pairs(self) -> list[Completed]:
-        """Invocations paired with completions, in invocation order (see chaos.history)."""
-        open_: dict[Any, ShareOp] = {}
-        done: dict[int, ShareOp | None] = {}
-        order: list[ShareOp] = []
-        for op in self.ops:
-            if op.type == INVOKE:
-                if op.process in open_:
-                    raise HistoryError(f"op {op.index}: process {op.process!r} invoked again while op "
-                                       f"{open_[op.process].index} is still open")
-                open_[op.process] = op
-                order.append(op)
-                done[op.index] = None
-            else:
-                inv = open_.pop(op.process, None)
-                if inv is None:
-                    raise HistoryError(f"op {op.index}: completion without an invocation")
-                if inv.f != op.f:
-                    raise HistoryError(f"op {op.index}: completes f={op.f!r} but op {inv.index} invoked f={inv.f!r}")
-                done[inv.index] = op
-        return [Completed(inv, done[inv.index]) for inv in order]
-
-    def validate(self) -> "ShareHistory":
-        for i, op in enumerate(self.ops):
-            if op.index != i:
-                raise HistoryError(f"op at position {i} has index {op.index}")
-        self.pairs()
-        return self
-
-    def to_list(self) -> list[dict]:
-        return [op.to_dict() for op in self.ops]
-
-    @classmethod
-    def from_list(cls, ops: Iterable[Mapping]) -> "ShareHistory":
-        return cls(tuple(ShareOp.from_dict(d) for d in ops))
+    op_class: ClassVar[type[Op]] = ShareOp
+    completed_class: ClassVar[type[BaseCompleted]] = Completed
 
 
 def acquisitions_of(op: Completed) -> list[Acquisition]:
