@@ -31,6 +31,21 @@ def is_coordinator(ctx: RequestContext, key: str) -> bool:
     return ctx.state.coordinator_for(key) == ctx.node_id
 
 
+NOT_COORDINATOR_MESSAGE = "This is not the correct coordinator."
+
+
+def share_admin_refusal(ctx: RequestContext, group_id: str) -> tuple[ErrorCode, str | None] | None:
+    """Why Kafka refuses a share-group offsets request before looking at the group (share
+    groups off, empty group id -- checked before placement --, wrong coordinator), or None."""
+    if not ctx.state.config.share_groups_enabled:
+        return ErrorCode.unsupported_version, None
+    if not group_id:
+        return ErrorCode.invalid_group_id, "The group id is invalid."
+    if not is_coordinator(ctx, group_id):
+        return ErrorCode.not_coordinator, NOT_COORDINATOR_MESSAGE
+    return None
+
+
 def client_host(ctx: RequestContext) -> str:
     """Kafka reports the client address as InetAddress.toString(): "/<ip>"."""
     return "/" + ctx.client_host

@@ -13,12 +13,10 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from reference_impl.handlers._group_common import NO_THROTTLE, is_coordinator
+from reference_impl.handlers._group_common import NO_THROTTLE, share_admin_refusal
 from reference_impl.handlers.registry import RequestContext, handles
 
 API_KEY = 92
-NOT_COORDINATOR_MESSAGE = "This is not the correct coordinator."
-
 
 def _error(ctx: RequestContext, error: ErrorCode, message: str | None) -> object:
     return ctx.response(throttle_time=NO_THROTTLE, error_code=error, error_message=message, responses=())
@@ -26,12 +24,9 @@ def _error(ctx: RequestContext, error: ErrorCode, message: str | None) -> object
 
 @handles(API_KEY, 0, 0)
 def handle_delete_share_group_offsets(ctx: RequestContext, request) -> object:
-    if not ctx.state.config.share_groups_enabled:
-        return _error(ctx, ErrorCode.unsupported_version, None)
-    if not request.group_id:  # Kafka checks this before placement
-        return _error(ctx, ErrorCode.invalid_group_id, "The group id is invalid.")
-    if not is_coordinator(ctx, request.group_id):
-        return _error(ctx, ErrorCode.not_coordinator, NOT_COORDINATOR_MESSAGE)
+    refused = share_admin_refusal(ctx, request.group_id)
+    if refused is not None:
+        return _error(ctx, *refused)
     result = ctx.state.share_groups.delete_offsets(request.group_id, [t.topic_name for t in request.topics], ctx.now_ms)
     if result.error != ErrorCode.none:
         return _error(ctx, result.error, result.message)

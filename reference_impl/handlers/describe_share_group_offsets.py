@@ -19,13 +19,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from reference_impl.handlers._group_common import NO_THROTTLE, is_coordinator
+from reference_impl.handlers._group_common import NOT_COORDINATOR_MESSAGE, NO_THROTTLE, is_coordinator
 from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.model.share_group import UNKNOWN_PARTITION_MESSAGE
 from reference_impl.model.share_state_records import NO_DELIVERY_COMPLETE_COUNT
 
 API_KEY = 90
-NOT_COORDINATOR_MESSAGE = "This is not the correct coordinator."
 INVALID_GROUP_MESSAGE = "The group id is invalid."
 NO_OFFSET, NO_LAG, DEFAULT_LEADER_EPOCH = -1, -1, 0
 

@@ -16,12 +16,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from reference_impl.handlers._group_common import NO_THROTTLE, is_coordinator
+from reference_impl.handlers._group_common import NOT_COORDINATOR_MESSAGE, NO_THROTTLE, is_coordinator
 from reference_impl.handlers.describe_groups import AUTHORIZED_OPERATIONS_OMITTED, GROUP_AUTHORIZED_OPERATIONS
 from reference_impl.handlers.registry import RequestContext, handles
 
 API_KEY = 77
-NOT_COORDINATOR_MESSAGE = "This is not the correct coordinator."
 
 
 def _error_group(ctx: RequestContext, group_id: str, error: ErrorCode, message: str | None = None) -> Any:
