@@ -5,7 +5,11 @@ Alignment. An exchange is identified across two traces by
 ``(client_id, connection ordinal, api_key, api ordinal)``: the connection ordinal is the
 rank of the connection among the connections with the same client_id, ordered by their
 first request (request_mono_ns, then connection_id); the api ordinal is the rank of the
-exchange among the connection's exchanges of the same api_key (request_mono_ns, then seq).
+exchange among the connection's exchanges of the same api_key and request fingerprint
+(request_mono_ns, then seq). The fingerprint tells discovery requests apart, whose number is
+client timing (librdkafka refreshes metadata and coordinators when it sees fit): Metadata by
+the topic names it names and answers, FindCoordinator by its key; every other api has
+none. So an extra brokers-only Metadata does not shift the Metadata requests for a topic.
 A replay keeps connections and their order, so every exchange aligns; two independent runs
 of the same workload also align, except where timing decided how many requests a client
 sent (an extra empty Fetch shifts only the later Fetches of that connection). Exchanges left
@@ -39,8 +43,10 @@ NULL = "null"
 MISSING_VALUE = MISSING  # "<missing>"
 EXCHANGE_FIELD = "<exchange>"  # the field of only_in_a / only_in_b rows
 IDLE_POLL_FIELD = "<idle poll>"  # ... when the unaligned exchange is an empty poll (always noise)
-# APIs a client repeats on a timer or a long poll: how many of them a run sends is timing.
-POLL_APIS = frozenset({"fetch", "share_fetch", "heartbeat", "share_group_heartbeat", "consumer_group_heartbeat"})
+# APIs a client repeats on a timer or a long poll, or sends when it sees fit (discovery):
+# how many of them a run sends is timing.
+POLL_APIS = frozenset({"fetch", "share_fetch", "heartbeat", "share_group_heartbeat", "consumer_group_heartbeat",
+                       "metadata", "find_coordinator", "api_versions"})
 
 KIND_FIELD, KIND_ONLY_A, KIND_ONLY_B = "field", "only_in_a", "only_in_b"
 ALIGN_CONNECTION, ALIGN_CLIENT = "connection", "client"
@@ -48,8 +54,12 @@ ALIGN_CONNECTION, ALIGN_CLIENT = "connection", "client"
 ID_CATEGORIES = ("producer_id", "member_id", "topic_id")
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 
+# Discovery APIs aligned by request fingerprint (see the module docstring).
+METADATA_KEY, FIND_COORDINATOR_KEY = 3, 10
+
 # Trace columns the diff reads (never the frames).
 READ_COLUMNS = (
+    "topics", "group_id", "transactional_id",
     "kind", "seq", "request_mono_ns", "connection_id", "client_id", "api_key", "api_name", "api_version",
     "status", "decode_error", "error_code", "error_codes", "producer_id", "producer_epoch", "member_id",
     "member_epoch", "generation_id", "share_session_epoch", "partitions", "batches", "acquired_records",
@@ -150,6 +160,16 @@ def is_idle_poll(api_name: str, error_code: int | None, error_codes: list | None
     one more of these is timing, so they are noise by rule, never divergences."""
     return (api_name in POLL_APIS and error_code in (None, 0) and not error_codes and not acquired
             and not any(b["side"] == "response" for b in batches or ()))
+
+
+def request_fingerprint(api_key: int, topics: list | None, group_id: str | None,
+                        transactional_id: str | None) -> str:
+    """The part of a discovery request that says what it asked for ("" for other apis)."""
+    if api_key == METADATA_KEY:
+        return ",".join(sorted(set(topics or ())))
+    if api_key == FIND_COORDINATOR_KEY:
+        return group_id or transactional_id or ""
+    return ""
 
 
 def placeholder(category: str, number: int) -> str:

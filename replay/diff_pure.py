@@ -36,7 +36,7 @@ def load_exchanges(inp: TraceInput, with_json: bool = False) -> list[Row]:
 
 
 def add_alignment_keys(rows: list[Row]) -> None:
-    """Sets _client, _conn_ord, _api_ord on every row (see diff_fields module docstring)."""
+    """Sets _client, _conn_ord, _req, _api_ord on every row (see diff_fields module docstring)."""
     first: dict[int, int] = {}
     client: dict[int, str] = {}
     for r in rows:
@@ -54,7 +54,8 @@ def add_alignment_keys(rows: list[Row]) -> None:
     for r in rows:
         r["_client"] = client[r["connection_id"]]
         r["_conn_ord"] = conn_ord[r["connection_id"]]
-        per_api[(r["connection_id"], r["api_key"])].append(r)
+        r["_req"] = f.request_fingerprint(r["api_key"], r["topics"], r["group_id"], r["transactional_id"])
+        per_api[(r["connection_id"], r["api_key"], r["_req"])].append(r)
     for group in per_api.values():
         for i, r in enumerate(sorted(group, key=_time_order), 1):
             r["_api_ord"] = i
@@ -87,7 +88,8 @@ def _leftover_ordinals(rows: list[Row]) -> None:
 
 def align(a_rows: list[Row], b_rows: list[Row]) -> tuple[list[tuple[Row, Row, str]], list[Row], list[Row]]:
     """(pairs with how they aligned, only in A, only in B)."""
-    first, left_a, left_b = _match(a_rows, b_rows, lambda r: (r["_client"], r["_conn_ord"], r["api_key"], r["_api_ord"]))
+    first, left_a, left_b = _match(a_rows, b_rows,
+                                   lambda r: (r["_client"], r["_conn_ord"], r["api_key"], r["_req"], r["_api_ord"]))
     _leftover_ordinals(left_a)
     _leftover_ordinals(left_b)
     second, only_a, only_b = _match(left_a, left_b, lambda r: (r["_client"], r["api_key"], r["_left_ord"]))

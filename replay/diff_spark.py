@@ -29,7 +29,7 @@ KEY_SEP = "\u0001"
 SPARK_CONF = {"spark.ui.showConsoleProgress": "false", "spark.sql.maxPlanStringLength": "65536"}
 ORDER = ("_client", "_conn_ord", "request_mono_ns", "seq")
 KEEP = ("seq", "connection_id", "api_key", "api_name", "error_code", "request_mono_ns", "_client", "_conn_ord",
-        "_api_ord")
+        "_req", "_api_ord")
 
 
 def load(spark: SparkSession, inp: TraceInput, with_json: bool) -> DataFrame:
@@ -44,9 +44,18 @@ def with_alignment_keys(df: DataFrame) -> DataFrame:
         F.max(F.coalesce(F.col("client_id"), F.lit(""))).alias("_client"))
     by_first = Window.partitionBy("_client").orderBy("_first", "connection_id")
     conns = conns.withColumn("_conn_ord", F.row_number().over(by_first)).drop("_first")
-    df = df.join(F.broadcast(conns), "connection_id")
-    by_time = Window.partitionBy("connection_id", "api_key").orderBy("request_mono_ns", "seq")
+    df = df.join(F.broadcast(conns), "connection_id").withColumn("_req", _request_fingerprint())
+    by_time = Window.partitionBy("connection_id", "api_key", "_req").orderBy("request_mono_ns", "seq")
     return df.withColumn("_api_ord", F.row_number().over(by_time))
+
+
+def _request_fingerprint() -> Column:
+    """diff_fields.request_fingerprint as a column expression."""
+    topics = F.array_join(F.array_sort(F.array_distinct(F.coalesce(F.col("topics"), F.array().cast("array<string>")))), ",")
+    return (F.when(F.col("api_key") == f.METADATA_KEY, topics)
+            .when(F.col("api_key") == f.FIND_COORDINATOR_KEY,
+                  F.coalesce(F.col("group_id"), F.col("transactional_id"), F.lit("")))
+            .otherwise(F.lit("")))
 
 
 # --- id placeholders -------------------------------------------------------------------------------
@@ -199,7 +208,7 @@ def column_differences() -> Column:
 def align(a: DataFrame, b: DataFrame) -> DataFrame:
     """Aligned pairs and leftovers: a_* / b_* columns (one side null when unaligned) + `align`."""
     sa, sb = _side(a, "a_"), _side(b, "b_")
-    key1 = ["_client", "_conn_ord", "api_key", "_api_ord"]
+    key1 = ["_client", "_conn_ord", "api_key", "_req", "_api_ord"]
     cond = [F.col("a_" + k) == F.col("b_" + k) for k in key1]
     first = sa.join(sb, cond, "full_outer").persist()  # read three times below
     pairs = first.where(F.col("a_seq").isNotNull() & F.col("b_seq").isNotNull()).withColumn("align", F.lit(f.ALIGN_CONNECTION))

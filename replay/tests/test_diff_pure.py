@@ -95,11 +95,23 @@ def test_list_length_difference_reports_missing_elements(tmp_path) -> None:
 def test_extra_exchange_shifts_only_its_own_api(tmp_path) -> None:
     a = [exchange(1, 1, 3, "metadata"), exchange(2, 1, 0, "produce", error_code=0), exchange(3, 1, 1, "fetch", error_code=0),
          exchange(4, 1, 0, "produce", error_code=0)]
-    b = [exchange(1, 1, 3, "metadata"), exchange(2, 1, 0, "produce", error_code=0), exchange(3, 1, 3, "metadata"),
+    b = [exchange(1, 1, 3, "metadata"), exchange(2, 1, 0, "produce", error_code=0), exchange(3, 1, 3, "metadata", error_code=3),
          exchange(4, 1, 1, "fetch", error_code=0), exchange(5, 1, 0, "produce", error_code=0)]
     rows, result = run(tmp_path, a, b)
     assert [(r["kind"], r["b_seq"], r["field"]) for r in rows] == [(f.KIND_ONLY_B, 3, f.EXCHANGE_FIELD)]
     assert result["alignment"]["pairs_connection"] == 4
+
+
+def test_discovery_requests_align_by_what_they_ask(tmp_path) -> None:
+    """An extra brokers-only Metadata (client timing) neither shifts the Metadata requests
+    for a topic nor counts: discovery requests align by their fingerprint, and an unaligned
+    one answered without error is noise by rule."""
+    a = [exchange(1, 1, 3, "metadata", topics=["t"]), exchange(2, 1, 3, "metadata", topics=["t", "u"])]
+    b = [exchange(1, 1, 3, "metadata", topics=["t"]), exchange(2, 1, 3, "metadata", topics=[], error_code=0),
+         exchange(3, 1, 3, "metadata", topics=["u", "t"])]
+    rows, result = run(tmp_path, a, b)
+    assert [(r["b_seq"], r["field"], r["noise"]) for r in rows] == [(2, f.IDLE_POLL_FIELD, True)]
+    assert result["alignment"]["pairs_connection"] == 2
 
 
 def test_connections_opened_in_another_order_align_by_client(tmp_path) -> None:
