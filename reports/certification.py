@@ -70,7 +70,7 @@ _DEV_EXPECTED = re.compile(r"^\s*expected failure \(xfail\): registered deviatio
 _DEV_XPASS = re.compile(r"^\s*\[XPASS\(strict\)\]\s*registered deviation (DEV-\d{3,})\b")
 EXPECTED_FAILURE = "expected-failure"
 UNEXPECTED_PASS = "unexpected-pass"
-NO_TARGET = "(no target)"  # rows of tests that use no target
+NO_TARGET = "(self-checks, no target)"  # rows of tests that use no target: model and reference-vs-reference checks
 
 
 # ---------------------------------------------------------------------------------
