@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import itertools
 import socket
+import ssl
 import struct
 import time
 from typing import Any
 
+from reference_impl.client import sasl
+from reference_impl.client.security import PLAINTEXT, ClientSecurity
 from reference_impl.protocol import framing, payloads
 
 _SIZE = struct.Struct(">i")
@@ -40,23 +43,40 @@ def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
 
 
 class RawClient:
-    """One connection to one broker; requests are sent and answered one at a time."""
+    """One connection to one broker; requests are sent and answered one at a time.
 
-    def __init__(self, host: str, port: int, client_id: str | None = "kipcheck-raw", timeout: float = 15.0):
+    `security` (TLS, SASL) is applied at connect time: the TLS handshake, then SASL
+    authentication, so every request the caller sends runs on an authenticated session."""
+
+    def __init__(self, host: str, port: int, client_id: str | None = "kipcheck-raw", timeout: float = 15.0,
+                 security: ClientSecurity | None = None):
         self.host, self.port, self.client_id, self.timeout = host, port, client_id, timeout
+        self.security = security or PLAINTEXT
+        self._peeked = b""  # one byte read by is_closed_by_peer on TLS (no MSG_PEEK there)
         self._correlation = itertools.count(1)
         self._versions: dict[int, tuple[int, int]] | None = None
         self.api_versions_version: int | None = None
         # (api_key, version, count) for every response that carried bytes after its body.
         self.trailing_bytes: list[tuple[int, int, int]] = []
         try:
-            self._sock = socket.create_connection((host, port), timeout=timeout)
+            sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as exc:
             raise ConnectionError(f"cannot connect to {host}:{port}: {exc}") from exc
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            self._sock = self.security.wrap(sock, host)
+        except TimeoutError as exc:
+            raise ConnectionError(f"TLS handshake with {host}:{port} timed out after {timeout:g}s") from exc
+        if self.security.sasl:
+            try:
+                sasl.authenticate(self, self.security)
+            except BaseException:
+                self.close()
+                raise
 
     @classmethod
     def connect(cls, bootstrap: str, **kwargs: Any) -> "RawClient":
+        """The first bootstrap address that accepts (and authenticates, with `security=`)."""
         errors = []
         for host, port in parse_bootstrap(bootstrap):
             try:
@@ -99,10 +119,19 @@ class RawClient:
         framing.check_frame_size(size)
         return self._recv_exactly(size)
 
+    def _recv(self, n: int) -> bytes:
+        if self._peeked:
+            chunk, self._peeked = self._peeked[:n], self._peeked[n:]
+            return chunk
+        try:
+            return self._sock.recv(n)
+        except (ssl.SSLEOFError, ssl.SSLZeroReturnError):
+            return b""  # the broker closed the TLS session
+
     def _recv_exactly(self, n: int) -> bytes:
         chunks, got = [], 0
         while got < n:
-            chunk = self._sock.recv(n - got)
+            chunk = self._recv(n - got)
             if not chunk:
                 raise ConnectionClosed(f"{self.host}:{self.port} closed the connection")
             chunks.append(chunk)
@@ -113,10 +142,15 @@ class RawClient:
         """True when the broker has closed this connection (EOF or reset) within timeout."""
         self._sock.settimeout(timeout)
         try:
+            if isinstance(self._sock, ssl.SSLSocket):  # TLS has no MSG_PEEK: keep the byte read
+                if self._peeked:
+                    return False
+                self._peeked = self._recv(1)
+                return self._peeked == b""
             return self._sock.recv(1, socket.MSG_PEEK) == b""
         except socket.timeout:
             return False
-        except ConnectionError:
+        except (ConnectionError, ssl.SSLError):
             return True
 
     # -- versions --------------------------------------------------------------------
@@ -188,9 +222,10 @@ class RawClient:
 class ClusterClient:
     """Raw clients to every broker of a cluster, discovered through Metadata."""
 
-    def __init__(self, bootstrap: str, client_id: str | None = "kipcheck-raw", timeout: float = 15.0):
-        self.client_id, self.timeout = client_id, timeout
-        self.bootstrap = RawClient.connect(bootstrap, client_id=client_id, timeout=timeout)
+    def __init__(self, bootstrap: str, client_id: str | None = "kipcheck-raw", timeout: float = 15.0,
+                 security: ClientSecurity | None = None):
+        self.client_id, self.timeout, self.security = client_id, timeout, security or PLAINTEXT
+        self.bootstrap = RawClient.connect(bootstrap, client_id=client_id, timeout=timeout, security=self.security)
         self.nodes: dict[int, tuple[str, int]] = {}
         self._clients: dict[int, RawClient] = {}
         self.refresh()
@@ -215,8 +250,14 @@ class ClusterClient:
         client = self._clients.get(node_id)
         if client is None:
             host, port = self.nodes[node_id]
-            client = self._clients[node_id] = RawClient(host, port, self.client_id, self.timeout)
+            client = self._clients[node_id] = self.connect_to(host, port)
         return client
+
+    def connect_to(self, host: str, port: int, **kwargs: Any) -> RawClient:
+        """A new, separate connection with this cluster's security settings (caller closes it)."""
+        kwargs.setdefault("client_id", self.client_id)
+        kwargs.setdefault("timeout", self.timeout)
+        return RawClient(host, port, security=self.security, **kwargs)
 
     def leader_for(self, topic: str, partition: int) -> RawClient:
         md = self.refresh([topic])
