@@ -179,13 +179,14 @@ def _confluent_caught_up(consumer, topic: str, partitions: list[int]) -> bool:
 # --------------------------------------------------------------------------- reference client
 
 
-def _stable_committed(bootstrap: str, group: str, topic: str, partitions: list[int], timeout_s: float = 60.0) -> dict[int, int]:
+def _stable_committed(bootstrap: str, group: str, topic: str, partitions: list[int], timeout_s: float = 60.0,
+                      security: Any = None) -> dict[int, int]:
     """Committed offsets via OffsetFetch with RequireStable, retrying UNSTABLE_OFFSET_COMMIT."""
     from conformance.suites.kip447 import offset_fetch
     from reference_impl.client.raw_client import ClusterClient
 
     deadline = time.monotonic() + timeout_s
-    with ClusterClient(bootstrap) as cc:
+    with ClusterClient(bootstrap, security=security) as cc:
         while True:
             coord = cc.coordinator_for(group, wait_s=30)
             _, ans = offset_fetch(coord, group, topic, partitions, require_stable=True, lowest=7)
@@ -197,20 +198,25 @@ def _stable_committed(bootstrap: str, group: str, topic: str, partitions: list[i
             time.sleep(0.05)
 
 
-def run_reference(args: argparse.Namespace, hist: HistoryWriter) -> int:
+def run_reference(args: argparse.Namespace, hist: HistoryWriter, extra: dict[str, str]) -> int:
     from reference_impl.client.consumer import Consumer
     from reference_impl.client.raw_client import ClusterClient
+    from reference_impl.client.security import ClientSecurity
     from reference_impl.client.transactional_producer import GroupMetadata, TransactionalProducer, TxnError
+
+    security = ClientSecurity.from_properties(extra)  # the same --config settings the confluent client gets
 
     tv: str | int = args.transaction_version if args.transaction_version == "auto" else int(args.transaction_version)
     producer = TransactionalProducer(args.bootstrap, args.transactional_id,
-                                     transaction_timeout_ms=args.transaction_timeout_ms, transaction_version=tv)
+                                     transaction_timeout_ms=args.transaction_timeout_ms, transaction_version=tv,
+                                     security=security)
     producer.init_transactions()
-    with ClusterClient(args.bootstrap) as cc:
+    with ClusterClient(args.bootstrap, security=security) as cc:
         md = cc.refresh([args.input])
         partitions = sorted(int(p.partition_index) for t in md.topics if t.name == args.input for p in t.partitions)
-    committed = _stable_committed(args.bootstrap, args.group, args.input, partitions)
-    consumer = Consumer(args.bootstrap, "read_committed", max_wait_ms=100, max_partition_bytes=1, max_bytes=1)
+    committed = _stable_committed(args.bootstrap, args.group, args.input, partitions, security=security)
+    consumer = Consumer(args.bootstrap, "read_committed", max_wait_ms=100, max_partition_bytes=1, max_bytes=1,
+                        security=security)
     tps = [(args.input, p) for p in partitions]
     consumer.assign(tps)
     for tp in tps:
@@ -300,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.client == "confluent":
             return run_confluent(args, hist, extra)
-        return run_reference(args, hist)
+        return run_reference(args, hist, extra)
     except Exception as exc:  # noqa: BLE001 - any client error: the harness restarts us
         print(f"eos_copier: {exc!r}", file=sys.stderr)
         return RESTART_EXIT

@@ -120,8 +120,10 @@ class ExistingCluster:
     kind = "target"
     can_control_time = False
 
-    def __init__(self, bootstrap_servers: str, provision_topic: Callable[[str, int], None] | None = None) -> None:
+    def __init__(self, bootstrap_servers: str, provision_topic: Callable[[str, int], None] | None = None,
+                 security: Any = None) -> None:
         self.bootstrap_servers = bootstrap_servers
+        self.security = security  # the raw client's ClientSecurity (TLS/SASL) for this cluster
         self.provision_topic = provision_topic
 
     def advance(self, ms: int) -> None:  # pragma: no cover - guarded by can_control_time
@@ -235,7 +237,7 @@ class ShareSide:
     def __init__(self, name: str, backend: Any, base: str, slots: int, close_decrements_count: bool) -> None:
         self.name, self.backend = name, backend
         self.topic, self.group = f"{base}-t", f"{base}-g"
-        self.cc = ClusterClient(backend.bootstrap_servers)
+        self.cc = ClusterClient(backend.bootstrap_servers, security=getattr(backend, "security", None))
         self.model = SharePartitionModel(close_decrements_count=close_decrements_count)
         self.sessions: dict[int, ShareSession | None] = {s: None for s in range(slots)}
         self.members: dict[int, str] = {}

@@ -148,8 +148,10 @@ class ExistingCluster:
     kind = "target"
     can_control_time = False
 
-    def __init__(self, bootstrap_servers: str, provision_topic: Callable[[str, int], None] | None = None) -> None:
+    def __init__(self, bootstrap_servers: str, provision_topic: Callable[[str, int], None] | None = None,
+                 security: Any = None) -> None:
         self.bootstrap_servers = bootstrap_servers
+        self.security = security  # the raw client's ClientSecurity (TLS/SASL) for this cluster
         # for targets without CreateTopics: the provider's own way (Target.provision_topic)
         self.provision_topic = provision_topic
 
@@ -247,8 +249,8 @@ class ClusterSide:
         self._generations = itertools.count(1)
         self.normalizer = Normalizer(extra_categories=EPOCH_CATEGORY)
         self._create_topic()
-        self.rc = Consumer(self.bootstrap, "read_committed", max_wait_ms=100)
-        self.ru = Consumer(self.bootstrap, "read_uncommitted", max_wait_ms=100)
+        self.rc = Consumer(self.bootstrap, "read_committed", max_wait_ms=100, security=self.security)
+        self.ru = Consumer(self.bootstrap, "read_uncommitted", max_wait_ms=100, security=self.security)
         tps = [(self.topic, p) for p in self.partitions]
         self.rc.assign(tps)
         self.ru.assign(tps)
@@ -257,10 +259,14 @@ class ClusterSide:
     def bootstrap(self) -> str:
         return self.backend.bootstrap_servers
 
+    @property
+    def security(self) -> Any:
+        return getattr(self.backend, "security", None)
+
     def _create_topic(self) -> None:
         from conformance.wire_ops import create_topic
 
-        with ClusterClient(self.bootstrap) as cc:
+        with ClusterClient(self.bootstrap, security=self.security) as cc:
             provision = getattr(self.backend, "provision_topic", None)
             if provision is not None:
                 provision(self.topic, len(self.partitions))
@@ -303,6 +309,7 @@ class ClusterSide:
             delivery_timeout_ms=15_000,
             request_timeout_ms=10_000,
             retry_backoff_ms=20,
+            security=self.security,
             retry_backoff_max_ms=200,
         )
 

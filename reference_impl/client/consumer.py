@@ -90,13 +90,15 @@ class Consumer:
         max_bytes: int = 4 << 20,
         request_timeout_s: float = 30.0,
         history_hook: Callable[[dict[str, Any]], None] | None = None,
+        security: Any = None,
     ) -> None:
         self.isolation_level = parse_isolation_level(isolation_level)
         self.max_wait_ms = max_wait_ms
         self.max_partition_bytes = max_partition_bytes
         self.max_bytes = max_bytes
         self.client_id = client_id
-        self._cc = ClusterClient(bootstrap, client_id=client_id, timeout=request_timeout_s)
+        # security: a reference_impl.client.security.ClientSecurity (TLS/SASL), e.g. target.raw_security().
+        self._cc = ClusterClient(bootstrap, client_id=client_id, timeout=request_timeout_s, security=security)
         self._timeout = request_timeout_s
         self._conns: dict[int, RawClient] = {}
         self._positions: dict[TopicPartition, int] = {}
@@ -336,7 +338,7 @@ class Consumer:
             if node not in self._cc.nodes:
                 self._cc.refresh()
             host, port = self._cc.nodes[node]
-            c = self._conns[node] = RawClient(host, port, self.client_id, self._timeout)
+            c = self._conns[node] = self._cc.connect_to(host, port)
         return c
 
     def close(self) -> None:

@@ -131,6 +131,7 @@ class TransactionalProducer:
         transaction_version: str | int = "auto",
         *,
         history_hook: Callable[[dict[str, Any]], None] | None = None,
+        security: Any = None,
         max_block_ms: int = 60000,
         delivery_timeout_ms: int = 60000,
         request_timeout_ms: int = 30000,
@@ -162,7 +163,8 @@ class TransactionalProducer:
         self._hook = history_hook
         self._lock = threading.RLock()
         self._sm = TxnStateMachine(on_transition=self._on_transition)
-        self._cc = ClusterClient(bootstrap, client_id=client_id, timeout=request_timeout_ms / 1000 + 5)
+        # security: a reference_impl.client.security.ClientSecurity (TLS/SASL), e.g. target.raw_security().
+        self._cc = ClusterClient(bootstrap, client_id=client_id, timeout=request_timeout_ms / 1000 + 5, security=security)
         self._conns: dict[int, RawClient] = {}
         self._addresses: dict[int, tuple[str, int]] = dict(self._cc.nodes)
         self._txn_coordinator: int | None = None
@@ -992,7 +994,7 @@ class TransactionalProducer:
                 self._addresses.update(self._cc.nodes)
             host, port = self._addresses[node_id]
             try:
-                c = RawClient(host, port, self.client_id, self.request_timeout_ms / 1000 + 5)
+                c = self._cc.connect_to(host, port, timeout=self.request_timeout_ms / 1000 + 5)
             except ConnectionError as exc:
                 raise _Disconnected(str(exc)) from exc
             self._conns[node_id] = c
@@ -1004,6 +1006,7 @@ class TransactionalProducer:
             self._cc.bootstrap = RawClient.connect(
                 ",".join(f"{h}:{p}" for h, p in self._addresses.values()) or "",
                 client_id=self.client_id,
+                security=self._cc.security,
             )
         except (ConnectionError, ValueError):
             pass

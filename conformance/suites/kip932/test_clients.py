@@ -46,7 +46,6 @@ from chaos.checkers import share_group as checkers
 from chaos.share_history import ShareRecorder
 from conformance import client_ops, share_ops, wire_ops
 from fixtures.target import NotSupportedByTarget
-from reference_impl.client.raw_client import ClusterClient
 from reference_impl.client.share_consumer import AcknowledgeType, IllegalShareStateError
 from reference_impl.client.share_consumer import ShareConsumer as ReferenceShareConsumer
 
@@ -75,7 +74,7 @@ class ReferenceMember:
     """The reference share consumer; crash = its sockets closed under it."""
 
     def __init__(self, target: Any, group: str, topic: str, mode: str) -> None:
-        self._cc = ClusterClient(target.bootstrap_servers)
+        self._cc = target.cluster_client()
         self.consumer = ReferenceShareConsumer(target.bootstrap_servers, group, mode, cluster=self._cc,
                                                fetch_max_wait_ms=200)
         self.consumer.subscribe([topic])

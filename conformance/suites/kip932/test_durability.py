@@ -140,7 +140,7 @@ def redeliveries(cc: ClusterClient, s: ShareSetup, member: str, want: set[int],
 
 
 def fresh(target: Target, s: ShareSetup) -> ShareSetup:
-    return dataclasses.replace(s, cc=ClusterClient(target.bootstrap_servers))
+    return dataclasses.replace(s, cc=target.cluster_client())
 
 
 def require_summary(target: Target) -> None:

@@ -21,7 +21,6 @@ from conformance.share_ops import (
 )
 from conformance.suites import require_nodes
 from fixtures.target import NotSupportedByTarget
-from reference_impl.client.raw_client import ClusterClient
 from reference_impl.protocol import records as r
 
 
@@ -206,7 +205,7 @@ def test_acquired_records_come_back_after_a_leader_change(target, unique, record
         target.kill_node(old)
         t0 = time.monotonic()
         try:
-            with ClusterClient(survivors) as alive:
+            with target.cluster_client(survivors) as alive:
                 sp.cc = alive
                 wait_new_leader(sp, old)
                 b = sp.member()

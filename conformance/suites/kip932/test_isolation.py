@@ -30,7 +30,7 @@ def producer(sp: SharePartitionUnderTest, unique) -> TransactionalProducer:
     caps = sp.target.capabilities()
     if not (caps.supports_api(22) and caps.supports_api(24) and caps.supports_api(26)):
         raise NotSupportedByTarget("transactions (InitProducerId / AddPartitionsToTxn / EndTxn) are not advertised")
-    p = TransactionalProducer(sp.target.bootstrap_servers, unique.transactional_id(), transaction_timeout_ms=20000)
+    p = TransactionalProducer(sp.target.bootstrap_servers, unique.transactional_id(), transaction_timeout_ms=20000, security=sp.target.raw_security())
     p.init_transactions()
     return p
 

@@ -427,7 +427,7 @@ def test_silent_member_is_removed_after_the_session_timeout(target, unique, requ
         cluster.start()
     try:
         bootstrap = cluster.bootstrap_servers if cluster is not None else target.bootstrap_servers
-        with ClusterClient(bootstrap) as cc:
+        with (cluster or target).cluster_client(bootstrap) as cc:
             topic = unique.topic()
             assert wire_ops.create_topic(cc, topic, 2) == E.none
             deadline = time.monotonic() + 15

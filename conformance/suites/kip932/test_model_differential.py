@@ -77,7 +77,7 @@ def test_share_partition_matches_model_and_reference(target, capabilities, uniqu
     record_property("close_decrements_delivery_count", close_decrements)
     steps: list[dict] = []
     config = MachineConfig(
-        make_target=lambda: ExistingCluster(target.bootstrap_servers, provision),
+        make_target=lambda: ExistingCluster(target.bootstrap_servers, provision, target.raw_security()),
         make_reference=lambda: PrivateReference(close_decrements_count=close_decrements),
         names=_names(unique),
         close_decrements_count=close_decrements,

@@ -304,7 +304,7 @@ def test_final_share_acknowledge_acknowledges_releases_and_closes(target, unique
 def test_disconnect_closes_the_session_and_releases_its_records(target, unique):
     with share_setup(target, unique) as s:
         host, port = s.cc.nodes[s.leader_id()]
-        conn = RawClient(host, port)
+        conn = s.cc.connect_to(host, port)
         try:
             open_and_acquire(s, conn, s.member, 10)
         finally:

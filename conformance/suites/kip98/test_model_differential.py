@@ -82,7 +82,7 @@ def test_transactions_match_model_and_reference(target, capabilities, unique):
     # Targets without CreateTopics provision topics by their provider's own means.
     provision = None if capabilities.supports_api(CREATE_TOPICS) else target.provision_topic
     config = MachineConfig(
-        make_target=lambda: ExistingCluster(target.bootstrap_servers, provision),
+        make_target=lambda: ExistingCluster(target.bootstrap_servers, provision, target.raw_security()),
         make_reference=lambda: PrivateReference(brokers=1, transaction_version=tv),
         names=_names(unique),
         time_rules=False,

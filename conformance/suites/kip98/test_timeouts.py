@@ -130,7 +130,7 @@ def test_reference_client_commit_after_timeout_abort_fails(target, capabilities,
     TransactionalProducer = transactional_producer_cls()
     topic, tid = unique.topic(), unique.transactional_id()
     client_ops.create_topic(target, topic)
-    producer = TransactionalProducer(target.bootstrap_servers, tid, transaction_timeout_ms=TXN_TIMEOUT_MS)
+    producer = TransactionalProducer(target.bootstrap_servers, tid, transaction_timeout_ms=TXN_TIMEOUT_MS, security=target.raw_security())
     try:
         producer.init_transactions()
         producer.begin_transaction()

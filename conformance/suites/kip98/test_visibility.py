@@ -251,9 +251,8 @@ class _Txn:
             self.p.init_transactions(30)
         else:
             version = 2 if kind == "reference-tv2" else 1
-            with wire_ops.cluster_client(target):
-                pass  # PLAINTEXT only, as the raw client
-            self.p = TransactionalProducer(target.bootstrap_servers, tid, transaction_version=version, max_block_ms=30000)
+            self.p = TransactionalProducer(target.bootstrap_servers, tid, transaction_version=version, max_block_ms=30000,
+                                           security=target.raw_security())
             self.p.init_transactions()
 
     def begin(self) -> None:
@@ -323,7 +322,7 @@ def _ck_read(target, topic: str, partitions: list[int], level: str, count: int, 
 
 
 def _ref_read(target, topic: str, partitions: list[int], level: int) -> list[list[Any]]:
-    with RefConsumer(target.bootstrap_servers, isolation_level=level) as c:
+    with RefConsumer(target.bootstrap_servers, isolation_level=level, security=target.raw_security()) as c:
         c.assign([(topic, p) for p in partitions])
         recs = c.consume_to_end(timeout_s=20)
     return sorted([r.partition, r.offset, r.value.decode()] for r in recs)

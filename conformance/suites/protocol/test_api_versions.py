@@ -8,14 +8,13 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from conformance import wire_ops
-from reference_impl.client.raw_client import RawClient
 from reference_impl.protocol import framing, payloads
 
 CORE_APIS = {0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 18: "ApiVersions"}
 
 
 def api_versions_scenario(target, ids):
-    with RawClient.connect(target.bootstrap_servers) as c:
+    with target.raw_client() as c:
         c.api_versions(3)  # negotiates down when the broker is older
         resp = c.api_versions_response(c.api_versions_version)
     keys = [int(k.api_key) for k in resp.api_keys]
@@ -50,7 +49,7 @@ def _unknown_api_versions_frame(correlation_id: int) -> bytes:
 
 @pytest.mark.requirement("PROTO.APIVER.003")
 def test_too_new_api_versions_answered_with_v0_unsupported_version(target):
-    with RawClient.connect(target.bootstrap_servers) as c:
+    with target.raw_client() as c:
         raw = c.send_frame(_unknown_api_versions_frame(4242))
     # Header v0 (just the correlation id) then the v0 body: decode_response enforces
     # the whole frame parses that way with nothing left over.
@@ -63,7 +62,7 @@ def test_too_new_api_versions_answered_with_v0_unsupported_version(target):
 
 @pytest.mark.requirement("PROTO.APIVER.004")
 def test_api_versions_responses_use_header_v0(target):
-    with RawClient.connect(target.bootstrap_servers) as c:
+    with target.raw_client() as c:
         c.api_versions(3)
         version = c.api_versions_version  # 3 (flexible) unless the broker is older
         request = payloads.build(framing.request_schema(18, version), **_api_versions_fields())
@@ -79,7 +78,7 @@ def test_api_versions_responses_use_header_v0(target):
 
 @pytest.mark.requirement("PROTO.APIVER.002")
 def test_every_advertised_api_versions_and_metadata_version_answers_in_kind(target):
-    with RawClient.connect(target.bootstrap_servers) as c:
+    with target.raw_client() as c:
         ranges = c.api_versions()
         checked = []
         for key, build_fields in ((18, _api_versions_fields), (3, _metadata_fields)):
@@ -112,10 +111,10 @@ def _metadata_fields():
 
 @pytest.mark.requirement("PROTO.BAD.003")
 def test_unadvertised_version_of_other_api_closes_connection(target):
-    with RawClient.connect(target.bootstrap_servers) as c:
+    with target.raw_client() as c:
         _, hi = c.api_versions()[3]
         header = struct.pack(">hhih", 3, hi + 50, 9, 3) + b"kip" + b"\x00"
         c.send_frame(framing.size_prefixed(header + b"\x00" * 8), expect_response=False)
         assert c.is_closed_by_peer(timeout=10), "broker answered or kept a connection it cannot parse"
-    with RawClient.connect(target.bootstrap_servers) as fresh:
+    with target.raw_client() as fresh:
         assert wire_ops.Req(fresh, 18, 3).version >= 0  # other connections still served

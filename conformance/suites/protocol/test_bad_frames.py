@@ -110,7 +110,7 @@ def _outcome(client: RawClient, timeout: float = CLOSE_TIMEOUT_S) -> str:
 
 
 def _send(target, data: bytes) -> RawClient:
-    client = RawClient.connect(target.bootstrap_servers)
+    client = target.raw_client()
     try:
         client.send_frame(data, expect_response=False)
     except ConnectionError:
@@ -145,7 +145,7 @@ def _metadata_frame(version: int, correlation_id: int, topic: str | None = "some
 def _metadata_versions(target, *wanted: int) -> list[int]:
     """Metadata versions to test: `wanted` (a negative value means the highest) capped to
     what both the target and kio support."""
-    with RawClient.connect(target.bootstrap_servers) as c:
+    with target.raw_client() as c:
         highest = c.negotiate(3)
         lowest = c.api_versions()[3][0]
     if highest is None:
@@ -163,7 +163,7 @@ class Bystander:
 
     def __init__(self, target) -> None:
         self.target = target
-        self.client = RawClient.connect(target.bootstrap_servers)
+        self.client = target.raw_client()
         self.client.api_versions()
 
     def check(self, acked: Acked) -> None:
@@ -173,7 +173,7 @@ class Bystander:
         md = wire_ops.Req(c, 3, 12).send(**_metadata_fields(None))
         assert md.brokers, "Metadata on the other connection lists no brokers"
         c.close()
-        with RawClient.connect(self.target.bootstrap_servers) as fresh:
+        with self.target.raw_client() as fresh:
             fresh.api_versions()  # a new connection is served too
         _assert_acked_intact(self.target, acked)
 
@@ -257,7 +257,7 @@ def test_trailing_bytes_after_request_body_are_ignored(target, acked, bystander)
     """Kafka answers a request with bytes after its body (its parsers never look for
     leftovers) and keeps the connection: trailing bytes are not a frame it cannot parse."""
     for version in _metadata_versions(target, 4, -1):
-        with RawClient.connect(target.bootstrap_servers) as c:
+        with target.raw_client() as c:
             for n, (topic, extra) in enumerate((("some-topic", b"\x00\x00\x00"), (None, b"junk-after-body"))):
                 cid = 100 + n
                 raw = c.send_frame(framing.size_prefixed(_metadata_frame(version, cid, topic)[4:] + extra))

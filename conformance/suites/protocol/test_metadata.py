@@ -26,7 +26,7 @@ def brokers_scenario(target, ids):
         md = _metadata(cc.bootstrap, [])
         reachable = {}
         for b in md.brokers:
-            with RawClient(b.host, int(b.port)) as c:
+            with cc.connect_to(b.host, int(b.port)) as c:
                 reachable[int(b.node_id)] = bool(c.api_versions())
     return {
         "broker_count": len(md.brokers),
