@@ -140,18 +140,23 @@ class RawClient:
 
     def is_closed_by_peer(self, timeout: float = 2.0) -> bool:
         """True when the broker has closed this connection (EOF or reset) within timeout."""
+        return self.peer_state(timeout) == "closed"
+
+    def peer_state(self, timeout: float = 2.0) -> str:
+        """"closed" (EOF or reset), "answered" (bytes arrived, left unread) or "open" (neither
+        within timeout). On TLS, which has no MSG_PEEK, the byte read is kept for the next read."""
         self._sock.settimeout(timeout)
         try:
-            if isinstance(self._sock, ssl.SSLSocket):  # TLS has no MSG_PEEK: keep the byte read
-                if self._peeked:
-                    return False
+            if self._peeked:
+                return "answered"
+            if isinstance(self._sock, ssl.SSLSocket):
                 self._peeked = self._recv(1)
-                return self._peeked == b""
-            return self._sock.recv(1, socket.MSG_PEEK) == b""
+                return "answered" if self._peeked else "closed"
+            return "answered" if self._sock.recv(1, socket.MSG_PEEK) else "closed"
         except socket.timeout:
-            return False
+            return "open"
         except (ConnectionError, ssl.SSLError):
-            return True
+            return "closed"
 
     # -- versions --------------------------------------------------------------------
 

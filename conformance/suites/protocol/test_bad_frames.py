@@ -22,7 +22,6 @@ are fetched byte-identical with the same high watermark.
 
 from __future__ import annotations
 
-import socket
 import struct
 import time
 from dataclasses import dataclass
@@ -100,13 +99,7 @@ def _assert_acked_intact(target, acked: Acked) -> None:
 
 def _outcome(client: RawClient, timeout: float = CLOSE_TIMEOUT_S) -> str:
     """"closed" (EOF or reset), "answered" (bytes arrived), or "open" (neither in time)."""
-    client._sock.settimeout(timeout)
-    try:
-        return "answered" if client._sock.recv(1, socket.MSG_PEEK) else "closed"
-    except socket.timeout:
-        return "open"
-    except ConnectionError:
-        return "closed"
+    return client.peer_state(timeout)
 
 
 def _send(target, data: bytes) -> RawClient:
