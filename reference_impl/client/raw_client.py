@@ -52,7 +52,7 @@ class RawClient:
                  security: ClientSecurity | None = None):
         self.host, self.port, self.client_id, self.timeout = host, port, client_id, timeout
         self.security = security or PLAINTEXT
-        self._peeked = b""  # one byte read by is_closed_by_peer on TLS (no MSG_PEEK there)
+        self._peeked = b""  # a byte peer_state read on TLS (which has no MSG_PEEK), not yet consumed
         self._correlation = itertools.count(1)
         self._versions: dict[int, tuple[int, int]] | None = None
         self.api_versions_version: int | None = None
