@@ -101,6 +101,11 @@ class ToxiproxyClient:
         resp.raise_for_status()
         return resp.json()
 
+    def update_upstream(self, proxy: str, upstream: str) -> None:
+        """Point a proxy at another upstream (the server's ``POST /proxies/{name}``)."""
+        resp = requests.post(f"{self.url}/proxies/{proxy}", json={"upstream": upstream}, timeout=self.timeout_s)
+        resp.raise_for_status()
+
     def toxics(self, proxy: str) -> dict[str, Any]:
         with self._bound():
             return {n: t.attributes for n, t in self.proxy(proxy).toxics().items()}
