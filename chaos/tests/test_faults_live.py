@@ -146,18 +146,21 @@ def test_roles_resolve_to_live_nodes(live):
         assert len(nodes) == 1 and nodes[0] in live.target.node_ids, (role, nodes)
 
 
-@pytest.fixture()
-def l7(live):
-    """(client config, request nemesis): the reference broker's own hook, or for any other
-    target the capture proxy (dialling the brokers' Toxiproxy proxies) with the hook."""
-    if live.target.kind == "reference":
+@pytest.fixture(params=["broker", "capture-proxy"])
+def l7(live, request):
+    """(client config, request nemesis): the broker's own hook (the reference broker has
+    one), or the capture proxy (dialling the brokers' Toxiproxy proxies) with the hook,
+    which works for any target."""
+    if request.param == "broker":
+        nemesis = RequestNemesis()
+        nemesis.setup(live.target)  # raises NotSupportedByTarget without a broker seam
+        nemesis.teardown()
         yield live.network.client_config(), RequestNemesis()
         return
     hook = RequestFaultHook()
     capture = ThreadedCaptureProxy(live.network.bootstrap_servers).start()
     capture.proxy.request_hook = hook
-    capture.proxy.node_ids = {f"{h}:{p}": n for n, (h, p) in
-                              ((n, live.network.proxy_address(n)) for n in live.target.node_ids)}
+    capture.proxy.node_ids = {"%s:%d" % live.network.proxy_address(n): n for n in live.target.node_ids}
     try:
         yield {"bootstrap.servers": capture.bootstrap_servers}, RequestNemesis(hook=hook)
     finally:
