@@ -34,11 +34,18 @@ class TargetInjector:
 
     def setup(self, target: Any) -> None:
         self.target = target
+        self._addresses: dict[int, tuple[str, int]] = {}
+
+    def address(self, node_id: int) -> tuple[str, int]:
+        """A node's own address, remembered from before any fault (Metadata drops a down node)."""
+        if node_id not in self._addresses:
+            self._addresses[node_id] = node_address(self.target, node_id)
+        return self._addresses[node_id]
 
     def admin_bootstrap(self, avoid: tuple[int, ...] = ()) -> str:
         """Direct addresses of the nodes (first the ones not being faulted)."""
         ids = sorted(self.target.node_ids, key=lambda n: n in avoid)
-        return ",".join("%s:%d" % node_address(self.target, n) for n in ids)
+        return ",".join("%s:%d" % self.address(n) for n in ids)
 
     def nodes_for(self, spec: FaultSpec) -> tuple[int, ...]:
         return pick_nodes(spec, list(self.target.node_ids), self.rng, self.admin_bootstrap())

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from chaos.nemesis.base import FaultRecord, FaultSpec
-from chaos.nemesis.common import TargetInjector, node_address
+from chaos.nemesis.common import TargetInjector
 from chaos.nemesis.probe import api_versions_ok, wait_answering
 from fixtures.target import NotSupportedByTarget
 from reference_impl.client.raw_client import RawClient
@@ -45,7 +45,7 @@ class ProcessNemesis(TargetInjector):
                 self.target.restart_node(n)
             elif record.spec.kind == "pause":
                 self.target.resume_node(n)
-        back = [wait_answering(*node_address(self.target, n), HEAL_TIMEOUT_S) for n in record.nodes]
+        back = [wait_answering(*self.address(n), HEAL_TIMEOUT_S) for n in record.nodes]
         if not all(back):
             record.error = f"nodes {[n for n, ok in zip(record.nodes, back) if not ok]} did not answer after heal"
         return self.close_record(record)
@@ -53,7 +53,7 @@ class ProcessNemesis(TargetInjector):
     # -- one node ------------------------------------------------------------------
 
     def _down_check(self, node_id: int, what: str) -> tuple[bool, str]:
-        answered, detail = api_versions_ok(*node_address(self.target, node_id), timeout_s=2.0)
+        answered, detail = api_versions_ok(*self.address(node_id), timeout_s=2.0)
         return not answered, f"node {node_id} {what}: {detail}"
 
     def _kill(self, node_id: int) -> tuple[bool, str]:
@@ -86,7 +86,7 @@ class ProcessNemesis(TargetInjector):
         return cut, f"node {node_id} restarted; connection from before the restart cut: {cut}"
 
     def _open_connection(self, node_id: int) -> Any:
-        host, port = node_address(self.target, node_id)
+        host, port = self.address(node_id)
         client = RawClient(host, port, timeout=10.0)
         client.api_versions(0)
         return client

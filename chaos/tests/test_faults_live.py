@@ -8,6 +8,7 @@ advertise the proxies); the kafka-native cluster is started once for the module.
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from typing import Any
@@ -27,7 +28,15 @@ from fixtures.target import NotSupportedByTarget
 from fixtures.targets import create_target
 from replay.proxy import ThreadedCaptureProxy
 
-TARGETS = ["reference:nodes=3", "kafka-native:4.4:nodes=3"]
+TARGETS = [
+    "reference:nodes=3",
+    # One 3-node Kafka cluster for the whole module (module-scoped fixture, one xdist worker).
+    pytest.param("kafka-native:4.4:nodes=3", marks=[
+        pytest.mark.xdist_group("kafka_native"),
+        pytest.mark.skipif(os.environ.get("KIPCHECK_SKIP_KAFKA_NATIVE", "") == "1",
+                           reason="KIPCHECK_SKIP_KAFKA_NATIVE=1"),
+    ]),
+]
 DELIVER_S = 120.0
 PRODUCE = int(ProduceRequest.__api_key__)
 
@@ -218,3 +227,22 @@ def test_librdkafka_mock_has_no_proxy_seam():
         ToxiproxyNetwork().prepare(target)
     with pytest.raises(NotSupportedByTarget):
         RequestNemesis().setup(target)
+
+
+@pytest.fixture(scope="module")
+def mock_target():
+    target = create_target("librdkafka-mock:nodes=3")
+    target.start()
+    yield target
+    target.stop()
+
+
+@pytest.mark.parametrize("kind", ["kill", "bounce", "restart", "stop", "pause"])
+def test_process_fault_on_librdkafka_mock(mock_target, kind):
+    """The mock can set a broker down and up (kill, bounce, restart), not stop or pause it."""
+    topic = f"chaos-{uuid.uuid4().hex[:8]}"
+    mock_target.provision_topic(topic, 1)  # the mock has no controller for CreateTopics
+    producer = LiveProducer({"bootstrap.servers": mock_target.bootstrap_servers}, topic)
+    spec = FaultSpec(kind, target="role", role="leader", params=(("topic", topic), ("partition", 0)))
+    record = _inject_heal(ProcessNemesis(seed=1), mock_target, spec, producer)
+    assert record.effective is True, record.evidence
