@@ -4,16 +4,20 @@ partition: the node's client proxy disabled (``mode=timeout``: timeout-0 toxics 
 ways, a silent cut); blackhole: timeout-0 toxics both ways; reset: reset_peer; latency:
 latency + jitter; bandwidth: a KB/s cap; slicer: responses in small slices; limit-data:
 the connection closes after N bytes. The check probes *through the proxy clients use*:
-a cut must stop a fresh ApiVersions, a slowing toxic must slow it by what it promises.
+a cut must stop a fresh ApiVersions, a slowing toxic must slow it by what it promises,
+and the node's Metadata must advertise the proxy (else clients bypass it).
 Brokers keep talking on their INTERNAL listener, so only clients are cut.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from chaos.nemesis.base import FaultRecord, FaultSpec
 from chaos.nemesis.common import TargetInjector
 from chaos.nemesis.probe import api_versions_exchange, api_versions_ok
 from chaos.toxiproxy.network import ToxiproxyNetwork, proxy_name
+from reference_impl.client.raw_client import ClusterClient
 
 _CUTS = ("partition", "blackhole", "reset", "limit-data")
 
@@ -30,6 +34,21 @@ class NetworkNemesis(TargetInjector):
         assert self.network.client is not None, "ToxiproxyNetwork.prepare() first"
         return self.network.client
 
+    def setup(self, target: Any) -> None:
+        super().setup(target)
+        self._advertised: dict[int, tuple[str, int]] = {}
+
+    def _bypassed(self, node_id: int) -> str | None:
+        """Why clients would not go through this node's proxy (it advertises another
+        address), or None. Checked against the cluster's own Metadata."""
+        if not self._advertised:
+            with ClusterClient(self.admin_bootstrap(), timeout=10.0) as cc:
+                self._advertised = dict(cc.nodes)
+        advertised, proxy = self._advertised.get(node_id), self.network.proxy_address(node_id)
+        if advertised is None or (advertised[0], int(advertised[1])) != proxy:
+            return f"node {node_id} advertises {advertised}, not its proxy {proxy}: clients bypass the fault"
+        return None
+
     def invoke(self, spec: FaultSpec) -> FaultRecord:
         if spec.kind not in self.kinds:
             raise ValueError(f"network nemesis cannot inject {spec.kind!r}")
@@ -39,6 +58,9 @@ class NetworkNemesis(TargetInjector):
         for n in nodes:
             record.details.setdefault("toxics", {})[n] = self._apply(spec, proxy_name(n))
         checks = [self._check(spec, n, baseline[n]) for n in nodes]
+        bypass = [why for why in map(self._bypassed, nodes) if why]
+        if bypass:
+            checks.append((False, "; ".join(bypass)))
         record.effective = all(ok for ok, _ in checks)
         record.evidence = "; ".join(e for _, e in checks)
         record.details["toxiproxy_seed"] = self.network.server.seed

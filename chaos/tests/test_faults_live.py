@@ -246,3 +246,46 @@ def test_process_fault_on_librdkafka_mock(mock_target, kind):
     spec = FaultSpec(kind, target="role", role="leader", params=(("topic", topic), ("partition", 0)))
     record = _inject_heal(ProcessNemesis(seed=1), mock_target, spec, producer)
     assert record.effective is True, record.evidence
+
+
+def test_partition_cuts_the_live_client_off(live):
+    """The proxies are what the client really uses (no bypass through advertised bound
+    ports): with the leader's proxy cut, nothing is acknowledged; after the heal, it is."""
+    producer = LiveProducer(live.network.client_config(), live.topic)
+    nemesis = NetworkNemesis(live.network, seed=2)
+    nemesis.setup(live.target)
+    try:
+        producer.deliver()
+        record = nemesis.invoke(live.leader("partition"))
+        acked: list[Any] = []
+        producer.producer.produce(live.topic, b"cut", on_delivery=lambda err, msg: acked.append(err))
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            producer.producer.poll(0.2)
+        nemesis.heal(record)
+        assert acked == [], "a message was acknowledged while the leader's proxy was cut"
+        deadline = time.monotonic() + DELIVER_S
+        while not acked and time.monotonic() < deadline:
+            producer.producer.poll(0.2)
+        assert acked == [None], f"the message produced during the cut was not delivered after heal: {acked}"
+    finally:
+        nemesis.teardown()
+        producer.close()
+
+
+def test_network_fault_through_a_bypassed_proxy_is_not_effective():
+    """The advertised-listener trap: brokers that advertise their bound ports make every
+    proxy fault a no-op for clients; the nemesis must say so."""
+    live = Live("reference:nodes=3")
+    live.network.prepare(live.target)
+    live.target.advertise_client_ports({})  # undo: the brokers advertise their bound ports
+    live.target.start()
+    try:
+        live.network.attach()
+        nemesis = NetworkNemesis(live.network)
+        nemesis.setup(live.target)
+        record = nemesis.invoke(FaultSpec("partition", params=(("node", 1),)))
+        nemesis.heal(record)
+        assert record.effective is False and "clients bypass the fault" in record.evidence, record.evidence
+    finally:
+        live.stop()
