@@ -3,8 +3,10 @@ resolved against the live cluster at injection time (FindCoordinator / Metadata)
 
 from __future__ import annotations
 
+import base64
 import random
 import time
+import uuid
 
 from kio.schema.errors import ErrorCode
 
@@ -31,10 +33,14 @@ def resolve_role(spec: FaultSpec, bootstrap: str, timeout_s: float = 10.0) -> in
     """The node that holds ``spec.role`` now.
 
     params: ``transactional_id`` (txn-coordinator), ``group`` (group-coordinator),
-    ``share_key`` (share-coordinator, ``group:topicId:partition``), ``topic`` and
-    ``partition`` (leader)."""
+    ``share_key`` (share-coordinator, ``group:topicId:partition``) or ``group``, ``topic``
+    and ``partition`` (share-coordinator, key built from Metadata's topic id), ``topic``
+    and ``partition`` (leader)."""
     role = spec.role
     with ClusterClient(bootstrap, timeout=timeout_s) as cc:
+        if role == "share-coordinator" and not spec.param("share_key"):
+            key = share_key(cc, spec.param("group"), spec.param("topic"), int(spec.param("partition", 0)))
+            return _coordinator(cc, key, COORDINATOR_KEY_TYPES[role], timeout_s)
         if role in COORDINATOR_KEY_TYPES:
             key = spec.param({"txn-coordinator": "transactional_id", "group-coordinator": "group",
                               "share-coordinator": "share_key"}[role])
@@ -54,6 +60,19 @@ def resolve_role(spec: FaultSpec, bootstrap: str, timeout_s: float = 10.0) -> in
                 raise NotSupportedByTarget("the target does not report an active controller in Metadata")
             return controller
     raise ValueError(f"unknown role {role!r}")
+
+
+def share_key(cc: ClusterClient, group: str, topic: str, partition: int) -> str:
+    """KIP-932's share-partition key ``group:topicId:partition``, the topic id written as
+    Kafka's Uuid.toString (URL-safe base64, no padding)."""
+    if not group or not topic:
+        raise ValueError("share-coordinator needs params share_key, or group and topic (and partition)")
+    md = cc.refresh([topic])
+    topic_id = next((t.topic_id for t in md.topics if t.name == topic), None)
+    if topic_id is None:
+        raise LookupError(f"no topic id for {topic!r} in Metadata")
+    raw = base64.urlsafe_b64encode(uuid.UUID(str(topic_id)).bytes).decode().rstrip("=")
+    return f"{group}:{raw}:{partition}"
 
 
 def _coordinator(cc: ClusterClient, key: str, key_type: int, timeout_s: float) -> int:

@@ -147,6 +147,7 @@ def test_roles_resolve_to_live_nodes(live):
     roles = {
         "txn-coordinator": (("transactional_id", tid),),
         "group-coordinator": (("group", "chaos-group"),),
+        "share-coordinator": (("group", "chaos-share"), ("topic", live.topic), ("partition", 0)),
         "leader": (("topic", live.topic), ("partition", 0)),
         "controller": (),
     }
