@@ -6,6 +6,7 @@ makes toxicity and jitter reproducible; the seed goes into the run's record.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -19,6 +20,14 @@ from pathlib import Path
 from chaos.toxiproxy.install import ensure_server
 
 HOST = "127.0.0.1"
+
+
+def _die_with_parent() -> None:
+    """PR_SET_PDEATHSIG=SIGKILL: a test process that dies without stop() leaves no server."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: stop()/atexit only
+        pass
 
 
 def free_port(host: str = HOST) -> int:
@@ -49,7 +58,8 @@ class ToxiproxyServer:
             fd, log = tempfile.mkstemp(prefix="kipcheck-toxiproxy-", suffix=".log")
             self.log_path = Path(log)
             argv = [str(binary), "-host", self.host, "-port", str(port), "-seed", str(self.seed)]
-            self.proc = subprocess.Popen(argv, stdout=fd, stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(argv, stdout=fd, stderr=subprocess.STDOUT, start_new_session=True,
+                                         preexec_fn=_die_with_parent)
             os.close(fd)
             self.port = port
             if self._wait_up(timeout_s):
