@@ -158,6 +158,10 @@ class CaptureProxy:
         self._conn_tasks: set[asyncio.Task] = set()
         self._writers: set[asyncio.StreamWriter] = set()
         self.stats = ProxyStats()
+        # Per-request faults (chaos.nemesis.request_faults.RequestFaultHook) and the node
+        # id of each upstream "host:port" the hook matches on (-1: unknown).
+        self.request_hook: Any = None
+        self.node_ids: dict[str, int] = {}
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -245,6 +249,7 @@ class CaptureProxy:
             return
         self._writers.update((c_writer, u_writer))
         conn = _Conn(self, conn_id, f"{local[0]}:{local[1]}", f"{upstream[0]}:{upstream[1]}", str(peer[0]), int(peer[1]))
+        conn.client_writer = c_writer
         up = asyncio.create_task(conn.client_to_upstream(c_reader, u_writer))
         down = asyncio.create_task(conn.upstream_to_client(u_reader, c_writer))
         try:
@@ -330,6 +335,7 @@ class _Conn:
         self.client_port = port
         self.pending: dict[int, _Pending] = {}
         self.opaque = False
+        self.client_writer: asyncio.StreamWriter | None = None
 
     def _exchange(self, p: _Pending, **kw: Any) -> RawExchange:
         return RawExchange(
@@ -364,6 +370,14 @@ class _Conn:
                     key, ver, corr = framing.peek_request_header(frame)
                 except framing.FrameError:
                     key, ver, corr = -1, -1, -1
+                verdict = self._fault_verdict(key, ver, frame)
+                if verdict is not None:
+                    if out:  # what came before the faulted request goes on in order
+                        writer.write(bytes(out))
+                        await writer.drain()
+                        out.clear()
+                    if not await self._apply_fault(verdict, key, ver, corr, writer):
+                        continue
                 p = _Pending(key, ver, corr, mono, wall, frame)
                 self.proxy.stats.requests += 1
                 if key == PRODUCE_KEY and produce_acks(frame, ver) == 0:
@@ -375,6 +389,29 @@ class _Conn:
                 writer.write(bytes(out))
                 await writer.drain()
             await self._emit_all([self._exchange(p, status=ts.STATUS_NO_RESPONSE_EXPECTED) for p in no_response])
+
+    def _fault_verdict(self, key: int, ver: int, frame: bytes) -> Any:
+        hook = self.proxy.request_hook
+        if hook is None or key < 0:
+            return None
+        return hook.decide(self.proxy.node_ids.get(self.upstream, -1), key, ver, frame)
+
+    async def _apply_fault(self, verdict: Any, key: int, ver: int, corr: int, writer: asyncio.StreamWriter) -> bool:
+        """Carry out a request fault; True: forward the request now. drop closes the
+        connection; error answers the client once the requests before it are answered."""
+        if verdict.action in ("hold", "delay"):
+            await asyncio.sleep(verdict.delay_s)
+            return True
+        if verdict.action == "drop":
+            writer.close()
+            raise ConnectionResetError("request dropped by a fault")
+        deadline = time.monotonic() + 30.0
+        while self.pending and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        assert self.client_writer is not None
+        self.client_writer.write(self.proxy.request_hook.error_frame(key, ver, corr, verdict.error_code))
+        await self.client_writer.drain()
+        return False
 
     async def _go_opaque(self, frames: framing.FrameReader, data: bytes, writer, why: str) -> None:
         self.opaque = True

@@ -13,7 +13,7 @@ import logging
 import socket
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -29,6 +29,17 @@ log = logging.getLogger("kipcheck.broker")
 
 _CLOSE = object()  # answer: close this connection
 _NO_RESPONSE = object()  # answer: nothing to send (Produce with acks=0)
+_DROPPED = object()  # answer: a fault hook dropped the request; close without answering
+
+
+class RequestHook(Protocol):
+    """Per-request fault injection (chaos.nemesis.request_faults.RequestFaultHook): called
+    for every request before its handler; the verdict (None: serve normally) has an
+    ``action`` (hold/delay/drop/error), ``delay_s`` and ``error_code``."""
+
+    def decide(self, node_id: int, api_key: int, api_version: int, frame: bytes) -> Any: ...
+
+    def error_frame(self, api_key: int, api_version: int, correlation_id: int, error_code: Any) -> bytes: ...
 
 
 @dataclass
@@ -52,12 +63,18 @@ class ReferenceCluster:
         config: BrokerConfig | None = None,
         clock: Clock | None = None,
         advertised_host: str | None = None,
+        advertised_ports: dict[int, int] | None = None,
     ) -> None:
         if brokers < 1:
             raise ValueError("--brokers must be at least 1")
         self.host = host
         self.advertised_host = advertised_host or host
         self._requested_port = port
+        # Node id -> the port Metadata advertises when it is not the bound one (a fault
+        # proxy in front of the node); a restart rebinds the bound port, never this one.
+        self._advertised_ports = dict(advertised_ports or {})
+        self._bound_ports: dict[int, int] = {}
+        self.request_hook: RequestHook | None = None
         self._brokers = brokers
         self.config = config or BrokerConfig()
         self.clock = clock or SystemClock()
@@ -77,7 +94,9 @@ class ReferenceCluster:
             port = 0 if self._requested_port == 0 else self._requested_port + i
             sock = _bind(self.host, port)
             self._sockets[node_id] = sock
-            endpoints.append(NodeEndpoint(node_id, self.advertised_host, sock.getsockname()[1]))
+            self._bound_ports[node_id] = sock.getsockname()[1]
+            advertised = self._advertised_ports.get(node_id, self._bound_ports[node_id])
+            endpoints.append(NodeEndpoint(node_id, self.advertised_host, advertised))
         state = ReferenceState(endpoints, self.clock, self.config)
         self.runtime = BrokerRuntime(state, self.clock)
         for node_id in self._sockets:
@@ -113,8 +132,7 @@ class ReferenceCluster:
         """Restart a stopped node on the port it had."""
         if node_id in self._servers:
             return
-        ep = self.state.nodes[node_id]
-        self._sockets[node_id] = _bind(self.host, ep.port)
+        self._sockets[node_id] = _bind(self.host, self._bound_ports[node_id])
         self.state.on_node_restart(node_id)
         await self._listen(node_id)
         self.state.alive.add(node_id)
@@ -127,6 +145,14 @@ class ReferenceCluster:
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(f"{ep.host}:{ep.port}" for ep in self.state.nodes.values())
+
+    @property
+    def bound_servers(self) -> str:
+        """Where the nodes really listen (differs from bootstrap_servers behind proxies)."""
+        return ",".join(f"{self.host}:{self._bound_ports[n]}" for n in sorted(self._bound_ports))
+
+    def bound_port(self, node_id: int) -> int:
+        return self._bound_ports[node_id]
 
     async def _listen(self, node_id: int) -> None:
         sock = self._sockets[node_id]
@@ -152,7 +178,9 @@ class ReferenceCluster:
                 batch = frames.feed(data)
                 while batch:
                     for frame in batch:
-                        answer = await self._answer(conn, frame)
+                        answer = await self._answer_with_faults(conn, frame)
+                        if answer is _DROPPED:
+                            return
                         if answer is _CLOSE:
                             self.stats["closed_bad_input"] += 1
                             return
@@ -181,6 +209,21 @@ class ReferenceCluster:
         if hook is not None:
             hook(conn.connection_id)
             await self.runtime.notify()
+
+    async def _answer_with_faults(self, conn: _Connection, frame: bytes) -> Any:
+        """Serve a frame, unless the request hook holds, drops or answers it with an error.
+        A held request keeps its connection busy, as it would on a Kafka broker."""
+        hook = self.request_hook
+        verdict = None if hook is None else hook.decide(conn.node_id, *framing.peek_request_header(frame)[:2], frame)
+        if verdict is None:
+            return await self._answer(conn, frame)
+        if verdict.action == "drop":
+            return _DROPPED
+        if verdict.action == "error":
+            api_key, api_version, correlation_id = framing.peek_request_header(frame)
+            return hook.error_frame(api_key, api_version, correlation_id, verdict.error_code)
+        await asyncio.sleep(verdict.delay_s)  # hold / delay: served late
+        return await self._answer(conn, frame)
 
     async def _answer(self, conn: _Connection, frame: bytes) -> Any:
         self.stats["requests"] += 1

@@ -1,0 +1,1 @@
+"""Toxiproxy (Shopify's TCP fault proxy): a pinned install, a server process, a thin adapter."""
