@@ -45,10 +45,8 @@ def handle_update_features(ctx: RequestContext, request: Any) -> Any:
         cfg.finalized_features = new
         cfg.finalized_features_epoch += 1
     top = (failed.error_code, failed.message) if failed is not None else (ErrorCode.none, None)
-    return ctx.response(
-        throttle_time=NO_THROTTLE, error_code=top[0], error_message=top[1],
-        results=tuple(
-            ctx.nested("UpdatableFeatureResult", feature=r.feature, error_code=r.error_code, error_message=r.message)
-            for r in results
-        ),
+    per_feature = () if ctx.api_version >= 2 else tuple(  # v2 has no per-feature results
+        ctx.nested("UpdatableFeatureResult", feature=r.feature, error_code=r.error_code, error_message=r.message)
+        for r in results
     )
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=top[0], error_message=top[1], results=per_feature)

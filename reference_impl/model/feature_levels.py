@@ -7,7 +7,8 @@ the finalized feature. Downgrades need an explicit downgrade type (KIP-778 Upgra
 
 `blockers` lets other models refuse a level change they cannot survive: KIP-1289's
 "Downgrade" section has the broker refuse lowering share.version below 2 while any record
-is TX_PENDING.
+is TX_PENDING. An UNSAFE_DOWNGRADE skips them, as Kafka's unsafe downgrade skips its
+metadata-loss checks.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def _check(update: FeatureUpdate, current: Mapping[str, int], supported: Mapping
         return f"Can't downgrade {name} from {have} to {level} without a downgrade type."
     if level > have and update.upgrade_type != UPGRADE:
         return f"Can't upgrade {name} from {have} to {level} with a downgrade type."
-    for blocker in blockers:
+    for blocker in blockers if update.upgrade_type != UNSAFE_DOWNGRADE else ():
         reason = blocker(name, level, have)
         if reason:
             return reason

@@ -1,0 +1,62 @@
+"""The KIP-1289 capability gate as a fixture every test of the suite uses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import pytest
+from kio.schema.errors import ErrorCode as E
+
+from conformance import wire_ops
+from conformance.share_ops import SharePartitionUnderTest
+from conformance.suites.kip1289 import (
+    UNSAFE_DOWNGRADE, Txn, finalized_level, missing_capability, update_features, wait_for,
+)
+from fixtures.target import NotSupportedByTarget
+from reference_impl.client.raw_client import ClusterClient
+
+
+@dataclass
+class Kip:
+    target: Any
+    cc: ClusterClient
+    unique: Any
+
+    def share_partition(self, partitions: int = 1, configs: dict[str, str] | None = None) -> SharePartitionUnderTest:
+        sp = SharePartitionUnderTest(self.target, self.cc, self.unique.topic(), self.unique.group(), partitions)
+        return sp.open(configs)
+
+    def txn(self, timeout_ms: int = 60_000) -> Txn:
+        return Txn(self.cc, self.unique.transactional_id(), timeout_ms=timeout_ms).init()
+
+
+def enable_on_reference(target: Any, cc: ClusterClient) -> int | None:
+    """Raise share.version to 2 on the reference (which supports it, finalized 1 by default);
+    returns the level to restore, None when nothing was changed. Never touches other targets."""
+    if target.kind != "reference":
+        return None
+    before = finalized_level(cc.bootstrap, "share.version")
+    if before >= 2:
+        return None
+    resp = update_features(cc.bootstrap, {"share.version": 2})
+    assert resp.error_code == E.none, resp
+    wait_for(lambda: missing_capability(cc.bootstrap) is None, "api key 93 after share.version=2", 10)
+    return before
+
+
+@pytest.fixture
+def kip(target, unique) -> Iterator[Kip]:
+    """NotSupportedByTarget unless the target has KIP-1289 (after enabling it on the reference)."""
+    with wire_ops.cluster_client(target) as cc:
+        restore = None
+        if missing_capability(cc.bootstrap) is not None:
+            restore = enable_on_reference(target, cc)
+        reason = missing_capability(cc.bootstrap)
+        if reason is not None:
+            raise NotSupportedByTarget(reason)
+        try:
+            yield Kip(target, cc, unique)
+        finally:
+            if restore is not None:
+                update_features(cc.bootstrap, {"share.version": restore}, UNSAFE_DOWNGRADE)
