@@ -187,3 +187,30 @@ def txn_pending_count(target: Any) -> int | None:
         return threaded.cluster.state.share_partitions.txn_pending_count()
 
     return threaded.call(read(), timeout=10)
+
+
+def inject_marker(node: RawClient, producer_id: int, producer_epoch: int, committed: bool) -> Any:
+    """A WriteTxnMarkers naming no partition, as a coordinator's retry or a stray marker reaching
+    a broker: KIP-1289's hook offers it to the broker's share-partitions."""
+    version = node.negotiate(WRITE_TXN_MARKERS, 2)
+    if version is None:
+        raise NotSupportedByTarget("the target has no WriteTxnMarkers")
+    marker = nested(WRITE_TXN_MARKERS, version, "WritableTxnMarker", producer_id=producer_id,
+                    producer_epoch=producer_epoch, transaction_result=committed, topics=(), coordinator_epoch=0,
+                    transaction_version=2)
+    return node.request(WRITE_TXN_MARKERS, version, markers=(marker,))
+
+
+def scenario(kip, n: int = 10, configs: dict[str, str] | None = None, partitions: int = 1,
+             replication: int | None = None):
+    """(share-partition, member session, its epoch, first offset, txn): n records acquired."""
+    sp = kip.share_partition(partitions, configs, replication)
+    m = sp.primed_member()
+    base = sp.produce([b"v%d" % i for i in range(n)])
+    assert m.fetch_until([sp.key()], n) == {o: 1 for o in range(base, base + n)}
+    epoch = member_epoch(kip.cc, sp.group, m.member, sp.member_epochs[m.member])
+    return sp, m, epoch, base, kip.txn()
+
+
+def staged_ok(resp) -> bool:
+    return resp.error_code == E.none and all(c == E.none for c in partition_codes(resp).values())

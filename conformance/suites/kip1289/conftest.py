@@ -9,7 +9,7 @@ import pytest
 from kio.schema.errors import ErrorCode as E
 
 from conformance import wire_ops
-from conformance.share_ops import SharePartitionUnderTest
+from conformance.share_ops import SharePartitionUnderTest, require_share_groups, set_group_configs_if_known
 from conformance.suites.kip1289 import (
     UNSAFE_DOWNGRADE, Txn, finalized_level, missing_capability, update_features, wait_for,
 )
@@ -23,9 +23,17 @@ class Kip:
     cc: ClusterClient
     unique: Any
 
-    def share_partition(self, partitions: int = 1, configs: dict[str, str] | None = None) -> SharePartitionUnderTest:
+    def share_partition(self, partitions: int = 1, configs: dict[str, str] | None = None,
+                        replication: int | None = None) -> SharePartitionUnderTest:
         sp = SharePartitionUnderTest(self.target, self.cc, self.unique.topic(), self.unique.group(), partitions)
-        return sp.open(configs)
+        if replication is None:
+            return sp.open(configs)
+        require_share_groups(self.target)  # a replicated topic, for leadership moves
+        assert wire_ops.create_topic(self.cc, sp.topic, partitions, replication) == E.none
+        if configs:
+            set_group_configs_if_known(self.cc, sp.group, configs)
+        sp.tid = sp.wait_topic_id()
+        return sp
 
     def txn(self, timeout_ms: int = 60_000) -> Txn:
         return Txn(self.cc, self.unique.transactional_id(), timeout_ms=timeout_ms).init()
@@ -58,5 +66,6 @@ def kip(target, unique) -> Iterator[Kip]:
         try:
             yield Kip(target, cc, unique)
         finally:
-            if restore is not None:
-                update_features(cc.bootstrap, {"share.version": restore}, UNSAFE_DOWNGRADE)
+            if restore is not None:  # a fresh client: the test may have restarted nodes
+                with wire_ops.cluster_client(target) as fresh:
+                    update_features(fresh.bootstrap, {"share.version": restore}, UNSAFE_DOWNGRADE)

@@ -16,25 +16,9 @@ from kio.schema.errors import ErrorCode as E
 
 from conformance.share_ops import ACCEPT, ack_codes, delivery_counts
 from conformance.suites.kip1289 import (
-    REJECT, RELEASE, GAP, RENEW, SHARE_STATE_TOPIC, member_epoch, partition_codes, stage, txn_pending_count, wait_for,
+    GAP, REJECT, RELEASE, RENEW, SHARE_STATE_TOPIC, member_epoch, partition_codes, scenario, stage, staged_ok,
+    txn_pending_count, wait_for,
 )
-
-ARCHIVED_STATE, ACKNOWLEDGED_STATE = 4, 2
-
-
-def setup(kip, n: int = 10, configs: dict[str, str] | None = None, partitions: int = 1):
-    """(share-partition, member session, its epoch, first offset, txn): n records acquired."""
-    sp = kip.share_partition(partitions, configs)
-    m = sp.primed_member()
-    base = sp.produce([b"v%d" % i for i in range(n)])
-    assert m.fetch_until([sp.key()], n) == {o: 1 for o in range(base, base + n)}
-    epoch = member_epoch(kip.cc, sp.group, m.member, sp.member_epochs[m.member])
-    return sp, m, epoch, base, kip.txn()
-
-
-def staged_ok(resp) -> bool:
-    return resp.error_code == E.none and all(c == E.none for c in partition_codes(resp).values())
-
 
 @pytest.mark.requirement("KIP-1289.RPC.001", "KIP-1289.RPC.002", "KIP-1289.STATE.001", "KIP-1289.STATE.003",
                          "KIP-1289.REG.001", "KIP-1289.MARKER.003")
@@ -42,7 +26,7 @@ def test_commit_acknowledges_accept_and_archives_reject(kip):
     """Stage ACCEPT for base..base+4 (one type for the range) and [1,3,1] for base+5..base+7,
     register __share_group_state-N, commit: SPSO past base+7, base+6 archived, base+8..9
     still the member's."""
-    sp, m, epoch, base, txn = setup(kip)
+    sp, m, epoch, base, txn = scenario(kip)
     resp = stage(m.node, txn, sp.group, m.member, epoch,
                  {sp.key(): [(base, base + 4, [ACCEPT]), (base + 5, base + 7, [ACCEPT, REJECT, ACCEPT])]})
     assert staged_ok(resp), resp
@@ -62,7 +46,7 @@ def test_abort_returns_records_to_the_member_and_a_staged_record_refuses_plain_a
     """While staged, the member's own ShareAcknowledge of them is INVALID_RECORD_STATE;
     after abort the same ACCEPT succeeds (records back to Acquired by the member) and the
     delivery count was not changed by the abort."""
-    sp, m, epoch, base, txn = setup(kip)
+    sp, m, epoch, base, txn = scenario(kip)
     assert staged_ok(stage(m.node, txn, sp.group, m.member, epoch, {sp.key(): [(base, base + 9, [ACCEPT])]}))
     assert ack_codes(m.ack({sp.key(): [(base, base, [ACCEPT])]})) == {0: E.invalid_record_state}
     assert txn.end(committed=False).error_code == E.none
@@ -78,7 +62,7 @@ def test_abort_returns_records_to_the_member_and_a_staged_record_refuses_plain_a
 def test_pending_records_are_not_delivered_and_do_not_move_the_spso(kip):
     """Staged records held in an open transaction: another member is not given them even
     after the first member's session closes, and the persisted SPSO stays at base."""
-    sp, m, epoch, base, txn = setup(kip)
+    sp, m, epoch, base, txn = scenario(kip)
     assert staged_ok(stage(m.node, txn, sp.group, m.member, epoch, {sp.key(): [(base, base + 9, [ACCEPT])]}))
     m.close()
     other = sp.member()
@@ -96,7 +80,7 @@ def test_pending_records_are_not_delivered_and_do_not_move_the_spso(kip):
 def test_only_accept_and_reject_can_be_staged(kip, bad):
     """A request with ACCEPT on base..base+2 and `bad` on base+3: INVALID_RECORD_STATE, nothing
     staged (the member can ACCEPT base..base+3 normally right after)."""
-    sp, m, epoch, base, txn = setup(kip, 4)
+    sp, m, epoch, base, txn = scenario(kip, 4)
     resp = stage(m.node, txn, sp.group, m.member, epoch, {sp.key(): [(base, base + 2, [ACCEPT]), (base + 3, base + 3, [bad])]})
     assert resp.error_code == E.none and partition_codes(resp) == {sp.key(): E.invalid_record_state}, resp
     assert txn_pending_count(kip.target) in (None, 0)
@@ -105,7 +89,7 @@ def test_only_accept_and_reject_can_be_staged(kip, bad):
 
 @pytest.mark.requirement("KIP-1289.FENCE.004")
 def test_records_acquired_by_another_member_cannot_be_staged(kip):
-    sp, m, epoch, base, txn = setup(kip)
+    sp, m, epoch, base, txn = scenario(kip)
     other = sp.member()
     other_epoch = member_epoch(kip.cc, sp.group, other.member, sp.member_epochs[other.member])
     resp = stage(m.node, txn, sp.group, other.member, other_epoch, {sp.key(): [(base, base + 2, [ACCEPT])]})
@@ -117,7 +101,7 @@ def test_records_acquired_by_another_member_cannot_be_staged(kip):
 def test_unknown_member_and_stale_member_epoch_are_top_level_errors(kip):
     """A random member id: UNKNOWN_MEMBER_ID; the member's epoch minus one: STALE_MEMBER_EPOCH;
     nothing staged either time (the member ACCEPTs normally afterwards)."""
-    sp, m, epoch, base, txn = setup(kip)
+    sp, m, epoch, base, txn = scenario(kip)
     acks = {sp.key(): [(base, base + 9, [ACCEPT])]}
     assert stage(m.node, txn, sp.group, "no-such-member", epoch, acks).error_code == E.unknown_member_id
     resp = stage(m.node, txn, sp.group, m.member, epoch - 1, acks)
@@ -131,7 +115,7 @@ def test_zombie_and_stale_epoch_staging_is_fenced(kip):
     """Producer A at epoch e; a new instance re-initialises the transactional id (epoch moves
     on): A's staging is PRODUCER_FENCED and stages nothing. Then the new instance finishes one
     transaction (TV2 bumps the epoch) and a delayed staging at its previous epoch is fenced too."""
-    sp, m, epoch, base, zombie = setup(kip)
+    sp, m, epoch, base, zombie = scenario(kip)
     fresh = type(zombie)(kip.cc, zombie.tid).init()
     assert fresh.epoch > zombie.epoch
     acks = {sp.key(): [(base, base + 4, [ACCEPT])]}
@@ -148,7 +132,7 @@ def test_zombie_and_stale_epoch_staging_is_fenced(kip):
 
 @pytest.mark.requirement("KIP-1289.RPC.006", "KIP-1289.RPC.003")
 def test_null_transactional_id_and_unknown_producer_are_refused(kip):
-    sp, m, epoch, base, txn = setup(kip, 2)
+    sp, m, epoch, base, txn = scenario(kip, 2)
     acks = {sp.key(): [(base, base + 1, [ACCEPT])]}
     assert stage(m.node, txn, sp.group, m.member, epoch, acks, transactional_id=None).error_code == E.invalid_request
     assert stage(m.node, txn, sp.group, m.member, epoch, acks, producer_id=txn.pid + 1000).error_code == \
