@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import pytest
@@ -35,8 +35,23 @@ class Kip:
         sp.tid = sp.wait_topic_id()
         return sp
 
+    txns: list[Txn] = field(default_factory=list)
+
     def txn(self, timeout_ms: int = 60_000) -> Txn:
-        return Txn(self.cc, self.unique.transactional_id(), timeout_ms=timeout_ms).init()
+        txn = Txn(self.cc, self.unique.transactional_id(), timeout_ms=timeout_ms).init()
+        self.txns.append(txn)
+        return txn
+
+    def abort_open_transactions(self) -> None:
+        """Teardown: a test's transactions left open would hold TX_PENDING records (and block
+        share.version downgrades) for the rest of the session; abort them, best effort."""
+        with wire_ops.cluster_client(self.target) as cc:
+            for txn in self.txns:
+                txn.cc = cc
+                try:
+                    txn.end(committed=False, wait_s=5)
+                except Exception:  # noqa: BLE001 - cleanup must not mask the test's verdict
+                    pass
 
 
 def enable_on_reference(target: Any, cc: ClusterClient) -> int | None:
@@ -63,9 +78,11 @@ def kip(target, unique) -> Iterator[Kip]:
         reason = missing_capability(cc.bootstrap)
         if reason is not None:
             raise NotSupportedByTarget(reason)
+        kip = Kip(target, cc, unique)
         try:
-            yield Kip(target, cc, unique)
+            yield kip
         finally:
+            kip.abort_open_transactions()
             if restore is not None:  # a fresh client: the test may have restarted nodes
                 with wire_ops.cluster_client(target) as fresh:
                     update_features(fresh.bootstrap, {"share.version": restore}, UNSAFE_DOWNGRADE)
