@@ -6,7 +6,7 @@ per-partition checks -> broker-internal AddPartitionsToTxn of __share_group_stat
 (N = partitionFor(groupId)) -> staging (TX_PENDING), all or nothing.
 
 * Top-level: UNSUPPORTED_VERSION while share.version < 2 or transaction.version < 2 (the api
-  is then not advertised either; DIV-1289-002); INVALID_REQUEST for a null/empty
+  is then not advertised either; DIV-128902); INVALID_REQUEST for a null/empty
   transactional id, group or member id; UNKNOWN_MEMBER_ID / STALE_MEMBER_EPOCH against the
   share group coordinator's membership; the coordinator's registration error
   (INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED, CONCURRENT_TRANSACTIONS, ...), with
@@ -15,7 +15,7 @@ per-partition checks -> broker-internal AddPartitionsToTxn of __share_group_stat
   CurrentLeader and NodeEndpoints), INVALID_REQUEST (malformed batches), INVALID_RECORD_STATE
   (types other than ACCEPT/REJECT, records not Acquired by the member). Any partition error
   means nothing is registered or staged; partitions without their own error then answer
-  NONE with a message saying they were not staged (DIV-1289-006).
+  NONE with a message saying they were not staged (DIV-128906).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Pure: feature gating, the acknowledge types a transaction may stage, which marker resolves
 a staging, and which share-state partition a group's staging registers in the transaction.
-The readings the reference takes where the KIP is ambiguous are the DIV-1289-* entries of
+The readings the reference takes where the KIP is ambiguous are the DIV-1289xx entries of
 conformance/divergences.yaml.
 """
 
@@ -49,14 +49,14 @@ def marker_resolves(staged: tuple[int, int], marker_producer_id: int, marker_epo
     epoch above e, while the next transaction stages at that bumped epoch: a late duplicate
     of the old marker (epoch == new staging epoch) cannot resolve the newer staging
     (corner cases 3 and 14). An exact-epoch match would never succeed under TV2
-    (DIV-1289-004)."""
+    (DIV-128904)."""
     pid, epoch = staged
     return marker_producer_id == pid and marker_epoch > epoch
 
 
 def state_partition_for(group_id: str, num_partitions: int) -> int:
     """The __share_group_state partition the KIP registers: partitionFor(groupId), Kafka's
-    Utils.abs(groupId.hashCode()) % partitions (DIV-1289-005)."""
+    Utils.abs(groupId.hashCode()) % partitions (DIV-128905)."""
     return partition_for_key(group_id, num_partitions)
 
 

@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode as E
 
 from conformance import wire_ops
 from conformance.share_ops import ACCEPT, SharePartitionUnderTest, ack_codes
-from conformance.suites.kip1289 import scenario, stage, staged_ok, txn_pending_count, wait_for
+from conformance.suites.kip1289 import Txn, scenario, stage, staged_ok, txn_pending_count, wait_for
 from fixtures.target import NotSupportedByTarget
 
 
@@ -66,3 +66,44 @@ def test_leadership_move_loses_pending_staging_and_redelivers(kip):
         commit_and_redeliver(kip, sp, txn, base, 5)
     finally:
         kip.target.restart_node(old)
+
+
+def _set_reference_load_duration(target, ms: int) -> int:
+    """The reference's transaction-log load time after a coordinator move (its model's
+    TransactionConfig.load_duration_ms); returns the previous value."""
+    threaded = target.cluster
+
+    async def swap() -> int:
+        cfg = threaded.cluster.state.transactions.txn_config
+        before, cfg.load_duration_ms = cfg.load_duration_ms, ms
+        return before
+
+    return threaded.call(swap())
+
+
+@pytest.mark.requirement("KIP-1289.CASE.002", "KIP-1289.STATE.001")
+def test_registration_failure_while_the_coordinator_moves_stages_nothing(kip):
+    """The transaction coordinator's node stops; while its successor loads the transaction log
+    (made 10 s long on the reference, so the window is deterministic) the staging is answered
+    COORDINATOR_NOT_AVAILABLE at the top level and nothing is staged; after the load the same
+    staging succeeds."""
+    if kip.target.kind != "reference" or len(kip.target.node_ids) < 3:
+        raise NotSupportedByTarget("needs the reference with 3+ nodes (a controllable coordinator load window)")
+    sp, m, epoch, base, _ = scenario(kip, 3, EARLIEST)
+    leader, group_node = leader_id(kip.cc, sp.topic), kip.cc.find_coordinator(sp.group, 0)[1]
+    txn = next(t for t in (Txn(kip.cc, kip.unique.transactional_id()) for _ in range(100))
+               if kip.cc.find_coordinator(t.tid, 1)[1] not in (leader, group_node)).init()
+    kip.txns.append(txn)
+    node = kip.cc.find_coordinator(txn.tid, 1)[1]
+    before = _set_reference_load_duration(kip.target, 10_000)
+    try:
+        kip.target.kill_node(node)
+        acks = {sp.key(): [(base, base + 2, [ACCEPT])]}
+        resp = stage(m.node, txn, sp.group, m.member, epoch, acks)
+        assert resp.error_code == E.coordinator_not_available and not resp.responses, resp
+        assert txn_pending_count(kip.target) == 0
+        wait_for(lambda: staged_ok(stage(m.node, txn, sp.group, m.member, epoch, acks)), "the load to end", 30, 0.5)
+        assert txn_pending_count(kip.target) == 3
+    finally:
+        _set_reference_load_duration(kip.target, before)
+        kip.target.restart_node(node)
