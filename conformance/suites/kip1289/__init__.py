@@ -53,8 +53,16 @@ def features(node: RawClient) -> tuple[dict[int, tuple[int, int]], dict[str, int
     return versions, finalized, supported
 
 
-def missing_capability(node: RawClient) -> str | None:
-    """Why the target cannot run KIP-1289 tests, or None."""
+def missing_capability(node: RawClient, probe: bool = True) -> str | None:
+    """Why the target cannot run KIP-1289 tests, or None.
+
+    ApiVersions first (key 93, share.version >= 2, transaction.version >= 2). That is not
+    enough on real Kafka: Kafka 4.4 finalizes share.version 2 for KIP-1191 (dead-letter
+    queues) and may advertise key 93 for another RPC. So `probe` then sends one
+    TxnShareAcknowledge v0 with a null transactional id on a separate connection: only a
+    broker that parses it as KIP-1289's request answers a decodable response (INVALID_REQUEST
+    or UNSUPPORTED_VERSION); any other broker closes the connection or answers something
+    that does not parse."""
     versions, finalized, _ = features(node)
     problems = []
     if TXN_SHARE_ACK not in versions:
@@ -63,7 +71,22 @@ def missing_capability(node: RawClient) -> str | None:
         problems.append(f"finalized share.version={finalized.get('share.version', 0)} < 2")
     if finalized.get("transaction.version", 0) < 2:
         problems.append(f"finalized transaction.version={finalized.get('transaction.version', 0)} < 2")
+    if not problems and probe and not _speaks_txn_share_ack(node):
+        problems.append("api key 93 is advertised but is not TxnShareAcknowledge (no KIP-1289 answer to a probe; "
+                        "share.version 2 is KIP-1191's level in Apache Kafka)")
     return "KIP-1289: " + "; ".join(problems) if problems else None
+
+
+def _speaks_txn_share_ack(node: RawClient) -> bool:
+    cls = framing.request_schema(TXN_SHARE_ACK, 0)
+    body = payloads.build(cls, transactional_id=None, group_id="", producer_id=-1, producer_epoch=-1,
+                          member_id="", member_epoch=-1, topics=())
+    try:
+        with RawClient(node.host, node.port, "kipcheck-kip1289-probe", 10.0) as probe:
+            resp = probe.send(body, timeout=10.0)
+    except Exception:  # noqa: BLE001 - closed, timed out or unparseable: not KIP-1289
+        return False
+    return int(resp.error_code) in (E.invalid_request, E.unsupported_version)
 
 
 def update_features(node: RawClient, levels: dict[str, int], upgrade_type: int = UPGRADE,

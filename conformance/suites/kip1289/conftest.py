@@ -68,16 +68,23 @@ def enable_on_reference(target: Any, cc: ClusterClient) -> int | None:
     return before
 
 
+def require_kip1289(target: Any, cc: ClusterClient) -> int | None:
+    """The gate: NotSupportedByTarget unless the target has KIP-1289, after enabling it on
+    the reference; returns the share.version level to restore afterwards (or None)."""
+    restore = None
+    if missing_capability(cc.bootstrap) is not None:
+        restore = enable_on_reference(target, cc)
+    reason = missing_capability(cc.bootstrap)
+    if reason is not None:
+        raise NotSupportedByTarget(reason)
+    return restore
+
+
 @pytest.fixture
 def kip(target, unique) -> Iterator[Kip]:
     """NotSupportedByTarget unless the target has KIP-1289 (after enabling it on the reference)."""
     with wire_ops.cluster_client(target) as cc:
-        restore = None
-        if missing_capability(cc.bootstrap) is not None:
-            restore = enable_on_reference(target, cc)
-        reason = missing_capability(cc.bootstrap)
-        if reason is not None:
-            raise NotSupportedByTarget(reason)
+        restore = require_kip1289(target, cc)
         kip = Kip(target, cc, unique)
         try:
             yield kip
