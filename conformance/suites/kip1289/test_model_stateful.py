@@ -96,8 +96,13 @@ def build(kip):
         @precondition(lambda self: self.model.offsets)
         @rule(slot=st.integers(0, 1), txn=st.integers(0, 1), data=st.data())
         def stage(self, slot: int, txn: int, data) -> None:
-            offsets = sorted(data.draw(st.sets(st.sampled_from(sorted(self.model.offsets)), min_size=1, max_size=4)))
-            types = [data.draw(st.sampled_from([ACCEPT, ACCEPT, REJECT, 2])) for _ in offsets]
+            held = sorted(o for o, s in self.model.offsets.items() if s.state == "acquired" and s.slot == slot)
+            pool = held if held and data.draw(st.integers(0, 3)) else sorted(self.model.offsets)  # mostly valid
+            offsets = sorted(data.draw(st.sets(st.sampled_from(pool), min_size=1, max_size=4)))
+            types = [data.draw(st.sampled_from([ACCEPT, ACCEPT, REJECT, REJECT, ACCEPT, 2])) for _ in offsets]
+            self._stage(slot, txn, offsets, types)
+
+        def _stage(self, slot: int, txn: int, offsets: list[int], types: list[int]) -> None:
             acks = {self.sp.key(): [(o, o, [t]) for o, t in zip(offsets, types)]}
             m = self.members[slot]
             resp = stage(m.node, self.txns[txn], self.sp.group, m.member, self._refresh_epoch(slot), acks)
@@ -125,6 +130,18 @@ def build(kip):
             if ok:
                 s.state, s.slot = "acknowledged", None
 
+        @precondition(lambda self: len(self.model.offsets) < MAX_OFFSETS)
+        @rule(slot=st.integers(0, 1), txn=st.integers(0, 1), committed=st.booleans(), data=st.data())
+        def read_process_write(self, slot: int, txn: int, committed: bool, data) -> None:
+            """The KIP's loop in one step: produce, fetch, stage what the slot holds, end."""
+            self.produce(2)
+            self.fetch(slot)
+            held = sorted(o for o, s in self.model.offsets.items() if s.state == "acquired" and s.slot == slot)
+            if held:
+                types = [data.draw(st.sampled_from([ACCEPT, REJECT])) for _ in held]
+                self._stage(slot, txn, held, types)
+            self.end(txn, committed)
+
         @rule(txn=st.integers(0, 1), committed=st.booleans())
         def end(self, txn: int, committed: bool) -> None:
             t = self.txns[txn]
@@ -145,6 +162,6 @@ def build(kip):
 def test_random_operation_sequences_follow_the_model(kip):
     machine = build(kip)
     run_state_machine_as_test(machine, settings=settings(
-        max_examples=4, stateful_step_count=14, deadline=None, derandomize=True, database=None,
+        max_examples=6, stateful_step_count=12, deadline=None, derandomize=True, database=None,
         phases=(Phase.explicit, Phase.reuse, Phase.generate), suppress_health_check=list(HealthCheck),
     ))
