@@ -107,3 +107,38 @@ def test_registration_failure_while_the_coordinator_moves_stages_nothing(kip):
     finally:
         _set_reference_load_duration(kip.target, before)
         kip.target.restart_node(node)
+
+
+def _set_reference_marker_delay(target, ms: int | None) -> int | None:
+    """The reference coordinator's delay between a durable decision and its markers
+    (model-only TransactionConfig.marker_delay_ms); returns the previous value."""
+    threaded = target.cluster
+
+    async def swap() -> int | None:
+        cfg = threaded.cluster.state.transactions.txn_config
+        before, cfg.marker_delay_ms = cfg.marker_delay_ms, ms
+        return before
+
+    return threaded.call(swap())
+
+
+@pytest.mark.requirement("KIP-1289.REG.002")
+def test_commit_completes_only_after_the_share_state_marker(kip):
+    """Markers held back 3 s: EndTxn returns with the transaction in PrepareCommit and the
+    staged records still TX_PENDING (the member's own ACCEPT is refused); once the markers
+    are written the records are acknowledged and the transaction is CompleteCommit."""
+    if kip.target.kind != "reference":
+        raise NotSupportedByTarget("needs the reference (a controllable marker delay)")
+    sp, m, epoch, base, txn = scenario(kip, 3)
+    assert staged_ok(stage(m.node, txn, sp.group, m.member, epoch, {sp.key(): [(base, base + 2, [ACCEPT])]}))
+    before = _set_reference_marker_delay(kip.target, 3000)
+    try:
+        assert txn.end(committed=True).error_code == E.none
+        assert txn.describe().transaction_state == "PrepareCommit"
+        assert ack_codes(m.ack({sp.key(): [(base, base, [ACCEPT])]})) == {0: E.invalid_record_state}
+        assert txn_pending_count(kip.target) == 3
+        wait_for(lambda: txn.describe().transaction_state == "CompleteCommit", "the markers", 20)
+        assert txn_pending_count(kip.target) == 0
+        wait_for(lambda: sp.state()[0] == base + 3, "the records acknowledged")
+    finally:
+        _set_reference_marker_delay(kip.target, before)
