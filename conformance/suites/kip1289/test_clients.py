@@ -53,6 +53,13 @@ class Loop:
         acks = self.consumer.transactional_acknowledgements(records)
         self.producer.send_share_acknowledgements_to_transaction(acks, metadata or self.consumer.share_group_metadata())
 
+    def wait_outputs(self) -> None:
+        """The outputs become read_committed-visible once the commit's markers are written
+        (EndTxn returns before that)."""
+        want = [f"out-in{i}" for i in range(self.n)]
+        wait_for(lambda: committed_values(self.kip.cc, self.out) == want, "the committed outputs")
+        assert committed_values(self.kip.cc, self.out) == want
+
     def close(self) -> None:
         for c in (self.consumer, self.producer):
             try:
@@ -79,7 +86,7 @@ def test_commit_produces_and_acknowledges_together(loop):
     assert (meta.group_id, meta.member_id) == (loop.sp.group, loop.consumer.member_id) and meta.member_epoch > 0
     loop.process(records, meta)
     loop.producer.commit_transaction()
-    assert committed_values(loop.kip.cc, loop.out) == [f"out-in{i}" for i in range(loop.n)]
+    loop.wait_outputs()
     wait_for(lambda: loop.sp.state()[0] == loop.n, "the inputs acknowledged")
 
 
@@ -94,7 +101,7 @@ def test_abort_produces_nothing_and_redelivers(loop):
     assert committed_values(loop.kip.cc, loop.out) == []
     loop.process(again)
     loop.producer.commit_transaction()
-    assert committed_values(loop.kip.cc, loop.out) == [f"out-in{i}" for i in range(loop.n)]
+    loop.wait_outputs()
 
 
 @pytest.mark.requirement("KIP-1289.API.002")
@@ -120,7 +127,7 @@ def test_broker_refusal_surfaces_at_commit_and_a_retry_succeeds(loop):
     again = loop.poll_all()
     loop.process(again)
     loop.producer.commit_transaction()
-    assert committed_values(loop.kip.cc, loop.out) == [f"out-in{i}" for i in range(loop.n)]
+    loop.wait_outputs()
 
 
 @pytest.mark.requirement("KIP-1289.GATE.004", "KIP-1289.CASE.009")
