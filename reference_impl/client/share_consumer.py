@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reference_impl.client.raw_client import ClusterClient, ConnectionClosed, RawClient
+from reference_impl.client.share_group_metadata import ShareGroupMetadata
 from reference_impl.client.share_membership import (
     HeartbeatOutcome,
     MemberState,
@@ -422,6 +423,37 @@ class ShareConsumer:
         if ack is AcknowledgeType.RENEW and self._share_version(record.leader_id) < 2:
             raise UnsupportedShareVersionError("RENEW needs ShareFetch/ShareAcknowledge v2 (Kafka 4.2+)")
         self.buffer.acknowledge(record.topic, record.partition, record.offset, ack)
+
+    # -- KIP-1289 ------------------------------------------------------------------------
+
+    def share_group_metadata(self) -> ShareGroupMetadata:
+        """KIP-1289 ShareConsumer.shareGroupMetadata(): this member's identity now, for a
+        transactional producer's send_share_acknowledgements_to_transaction."""
+        self._ensure_open()
+        if not self.membership.member_id:
+            raise IllegalShareStateError("the consumer has not joined its share group yet")
+        return ShareGroupMetadata(self.group_id, self.member_id, self.member_epoch)
+
+    def transactional_acknowledgements(
+        self, records: Iterable[ShareRecord], type: AcknowledgeType | int = AcknowledgeType.ACCEPT,  # noqa: A002
+    ) -> dict[TopicPartition, list[tuple[int, int, tuple[int, ...]]]]:
+        """Hand `records` over to a producer transaction (KIP-1289 pseudo code: such records
+        must not also be acknowledged by the consumer): they leave this consumer's
+        acknowledgement buffer, so neither commit_sync nor the next poll acknowledges them,
+        and their acknowledgements are returned as wire batches per (topic, partition)."""
+        self._ensure_open()
+        ack = AcknowledgeType(type)
+        if ack not in (AcknowledgeType.ACCEPT, AcknowledgeType.REJECT):
+            raise ValueError("only ACCEPT and REJECT can be acknowledged in a transaction")
+        per_partition: dict[TopicPartition, dict[int, int]] = {}
+        for r in records:
+            if self.buffer.in_flight.pop((r.topic, r.partition, r.offset), None) is None:
+                raise IllegalShareStateError(f"record {r.topic}-{r.partition}@{r.offset} is not in flight")
+            per_partition.setdefault((r.topic, r.partition), {})[r.offset] = int(ack)
+        return {
+            tp: [(b.first_offset, b.last_offset, b.types) for b in coalesce_acks(acks)]
+            for tp, acks in per_partition.items()
+        }
 
     def poll(self, timeout_ms: int) -> list[ShareRecord]:
         self._ensure_open()

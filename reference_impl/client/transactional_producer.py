@@ -27,12 +27,15 @@ import dataclasses
 import datetime
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from reference_impl.client.partition_metadata import PartitionMetadata
 from reference_impl.client.raw_client import ClusterClient, RawClient
+from reference_impl.client.share_group_metadata import ShareGroupMetadata
 from reference_impl.client.txn_state import (
     AbortableTxnError,
     FatalTxnError,
@@ -67,6 +70,13 @@ MESSAGE_TOO_LARGE = 10
 ADD_PARTITIONS_RETRY_BACKOFF_MS = 20  # first AddPartitionsToTxn answered CONCURRENT_TRANSACTIONS
 
 TopicPartition = tuple[str, int]
+TXN_SHARE_ACKNOWLEDGE = 93  # KIP-1289; not in kio (see reference_impl/protocol/schemas)
+
+
+class ShareAckUnsupportedError(TxnError):
+    """KIP-1289 UnsupportedVersionException: the cluster cannot stage share acknowledgements
+    (no api key 93, or not TV2). Raised before sending anything; the transaction stays as it
+    was and must be aborted (corner case 9)."""
 
 
 @dataclass(frozen=True)
@@ -329,6 +339,73 @@ class TransactionalProducer:
                 )
                 self._transaction_started = True
             self._txn_offset_commit(offsets, group, deadline)
+
+    # -- KIP-1289: share-group acknowledgements in the transaction --------------------------
+
+    def send_share_acknowledgements_to_transaction(
+        self,
+        acknowledgements: Mapping[TopicPartition, Sequence[tuple[int, int, Sequence[int]]]],
+        group_metadata: ShareGroupMetadata,
+    ) -> None:
+        """KIP-1289 sendShareAcknowledgementsToTransaction: stage (first, last, types) batches
+        per (topic, partition) in the open transaction with TxnShareAcknowledge (api key 93)
+        to each partition's leader. IllegalTxnStateError outside a transaction;
+        ShareAckUnsupportedError before any byte is sent when a leader does not advertise key
+        93 or the producer is not TV2 (corner case 9: the transaction must then be aborted).
+        A broker refusal does not raise here: the transaction becomes abortable and
+        commit_transaction() reports it (the KIP's threading note); fencing stays fatal."""
+        with self._lock:
+            self._check_open()
+            self._throw_if_pending("send_share_acknowledgements_to_transaction")
+            self._sm.maybe_fail_with_error()
+            if self.state is not TxnState.IN_TRANSACTION:
+                raise IllegalTxnStateError(
+                    f"cannot stage share acknowledgements if a transaction is not in progress (state {self.state})"
+                )
+            by_leader: dict[int, dict[TopicPartition, Sequence[tuple[int, int, Sequence[int]]]]] = {}
+            for tp, batches in acknowledgements.items():
+                by_leader.setdefault(self._meta.leader((tp[0], int(tp[1]))), {})[(tp[0], int(tp[1]))] = batches
+            if not self._tv2 or any(self._conn(n).negotiate(TXN_SHARE_ACKNOWLEDGE) is None for n in by_leader):
+                raise ShareAckUnsupportedError("the cluster does not support KIP-1289 (api key 93 / TV2)")
+            self._transaction_started = True
+            for node, acks in sorted(by_leader.items()):
+                code = self._stage_share_acks(self._conn(node), acks, group_metadata)
+                if code == ErrorCode.none:
+                    continue
+                error_cls = ProducerFencedError if code in (ErrorCode.producer_fenced, ErrorCode.invalid_producer_epoch) \
+                    else AbortableTxnError
+                error = error_cls(f"TxnShareAcknowledge failed: {ErrorCode(code).name}", int(code))
+                if error_cls is ProducerFencedError:
+                    self._sm.to_fatal_error(error)
+                else:
+                    self._sm.to_abortable_error(error)
+                return
+
+    def _stage_share_acks(
+        self, client: RawClient, acks: Mapping[TopicPartition, Sequence[tuple[int, int, Sequence[int]]]],
+        group: ShareGroupMetadata,
+    ) -> int:
+        """One TxnShareAcknowledge; the top-level error, else the first partition error."""
+        cls = framing.request_schema(TXN_SHARE_ACKNOWLEDGE, 0)
+        topics: dict[Any, list[Any]] = {}
+        for (topic, p), batches in sorted(acks.items()):
+            topics.setdefault(self._meta.topic_id(topic), []).append(payloads.build(
+                payloads.nested(cls, "TxnShareAcknowledgePartition"), partition_index=p,
+                acknowledgement_batches=tuple(
+                    payloads.build(payloads.nested(cls, "TxnShareAcknowledgeBatch"), first_offset=f, last_offset=l,
+                                   acknowledge_types=tuple(int(t) for t in types))
+                    for f, l, types in batches
+                ),
+            ))
+        resp = client.send(payloads.build(
+            cls, transactional_id=self.transactional_id, group_id=group.group_id, producer_id=self._producer_id,
+            producer_epoch=self._producer_epoch, member_id=group.member_id, member_epoch=group.member_epoch,
+            topics=tuple(payloads.build(payloads.nested(cls, "TxnShareAcknowledgeTopic"), topic_id=t, partitions=tuple(ps))
+                         for t, ps in topics.items()),
+        ))
+        if resp.error_code != ErrorCode.none:
+            return int(resp.error_code)
+        return next((int(p.error_code) for t in resp.responses for p in t.partitions if p.error_code != ErrorCode.none), 0)
 
     def commit_transaction(self) -> None:
         with self._lock:

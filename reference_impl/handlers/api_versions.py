@@ -15,8 +15,9 @@ NO_THROTTLE = datetime.timedelta(0)
 API_KEY = 18
 
 
-def advertised_versions() -> list[tuple[int, int, int]]:
-    return sorted((h.api_key, h.min_version, h.max_version) for h in HANDLERS.values())
+def advertised_versions(config=None) -> list[tuple[int, int, int]]:
+    """Registered apis; a feature-gated one only when `config` enables it."""
+    return sorted((h.api_key, h.min_version, h.max_version) for h in HANDLERS.values() if h.enabled_for(config))
 
 
 @handles(API_KEY, 0, 4)
@@ -29,7 +30,7 @@ def handle_api_versions(ctx: RequestContext, request) -> object:
                 ctx.nested("SupportedFeatureKey", name=name, min_version=lo, max_version=hi)
                 for name, (lo, hi) in sorted(cfg.supported_features.items())
             ),
-            finalized_features_epoch=1 if cfg.finalized_features else -1,
+            finalized_features_epoch=getattr(cfg, "finalized_features_epoch", 1) if cfg.finalized_features else -1,
             finalized_features=tuple(
                 ctx.nested("FinalizedFeatureKey", name=name, max_version_level=lvl, min_version_level=lvl)
                 for name, lvl in sorted(cfg.finalized_features.items())
@@ -39,7 +40,7 @@ def handle_api_versions(ctx: RequestContext, request) -> object:
         error_code=ErrorCode.none,
         api_keys=tuple(
             ctx.nested("ApiVersion", api_key=k, min_version=lo, max_version=hi)
-            for k, lo, hi in advertised_versions()
+            for k, lo, hi in advertised_versions(cfg)
         ),
         throttle_time=NO_THROTTLE,
         **features,

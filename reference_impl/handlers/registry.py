@@ -66,20 +66,30 @@ class ApiHandler:
     min_version: int
     max_version: int
     handle: Handle
+    # Whether the api is enabled for a BrokerConfig (finalized features); None = always.
+    # Kafka's ApiVersionManager hides such apis from ApiVersions (e.g. KIP-1289's key 93
+    # below share.version 2).
+    enabled: Callable[[Any], bool] | None = None
+
+    def enabled_for(self, config: Any) -> bool:
+        return self.enabled is None or (config is not None and bool(self.enabled(config)))
 
 
 HANDLERS: dict[int, ApiHandler] = {}
 
 
-def handles(api_key: int, min_version: int, max_version: int) -> Callable[[Handle], Handle]:
-    """Register a handler for the versions it implements (checked against kio's schemas)."""
+def handles(
+    api_key: int, min_version: int, max_version: int, *, enabled: Callable[[Any], bool] | None = None
+) -> Callable[[Handle], Handle]:
+    """Register a handler for the versions it implements (checked against kio's schemas);
+    `enabled(config)` gates a feature-dependent api."""
 
     def register(fn: Handle) -> Handle:
         for v in (min_version, max_version):
             framing.request_schema(api_key, v)  # raises UnsupportedApi if kio lacks it
         if api_key in HANDLERS:
             raise ValueError(f"api key {api_key} registered twice")
-        HANDLERS[api_key] = ApiHandler(api_key, min_version, max_version, fn)
+        HANDLERS[api_key] = ApiHandler(api_key, min_version, max_version, fn, enabled)
         return fn
 
     return register

@@ -50,6 +50,11 @@ def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
                     except LogError as exc:
                         error = exc.error_code
                 per_topic.setdefault(topic.name, []).append((int(index), error))
+        # KIP-1289: the marker's arrival is also offered to the share-partitions (their
+        # TX_PENDING records of this producer; a no-op for everything else).
+        ctx.state.share_partitions.apply_txn_marker(
+            pid, int(marker.producer_epoch), control is ControlType.COMMIT, now
+        )
     return ctx.response(markers=tuple(
         ctx.nested(
             "WritableTxnMarkerResult", producer_id=pid,

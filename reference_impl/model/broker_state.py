@@ -57,10 +57,13 @@ class BrokerConfig:
     finalized_features: dict[str, int] = field(
         default_factory=lambda: {"transaction.version": 2, "share.version": 1}
     )
-    # Feature ranges the broker supports: name -> (min, max).
+    # Feature ranges the broker supports: name -> (min, max). share.version 2 is KIP-1289
+    # (TxnShareAcknowledge): supported, finalized only when configured or raised by
+    # UpdateFeatures (see docs/kip1289.md).
     supported_features: dict[str, tuple[int, int]] = field(
-        default_factory=lambda: {"transaction.version": (0, 2), "share.version": (0, 1)}
+        default_factory=lambda: {"transaction.version": (0, 2), "share.version": (0, 2)}
     )
+    finalized_features_epoch: int = 1  # raised by every UpdateFeatures that changes a level
 
     @property
     def share_groups_enabled(self) -> bool:
@@ -123,6 +126,8 @@ class ReferenceState:
         self.transactions = TransactionCoordinator(
             sorted(self.nodes), clock, self.config, self.topics, self.groups, producer_ids=self.producer_ids
         )
+        # KIP-1289: markers for a registered __share_group_state partition resolve TX_PENDING.
+        self.transactions.share_txn_markers = self.share_partitions.apply_txn_marker
 
     @property
     def controller_id(self) -> int:
@@ -174,8 +179,19 @@ class ReferenceState:
         loads them from the transaction log first, as a new partition leader of
         __transaction_state does."""
         self.alive.discard(node_id)
+        self._forget_txn_pending(node_id)
         if self.alive:
             self.transactions.begin_load(lambda tid: self.preferred_coordinator(tid) == node_id, self.clock.now_ms())
+
+    def _forget_txn_pending(self, node_id: int) -> None:
+        """KIP-1289 corner cases 1 and 12: TX_PENDING is in the share-partition leader's memory
+        only; a leader that stops loses it (the partition reloads from the share coordinator)."""
+
+        def led_here(topic: str, partition: int) -> bool:
+            part = self.topics.partition(topic, partition)
+            return part is not None and part.leader == node_id
+
+        self.share_partitions.forget_txn_pending(led_here)
 
     def on_disconnect(self, connection_id: int) -> None:
         """A client connection closed: its share sessions end and release their records."""

@@ -32,6 +32,7 @@ from typing import Iterable, Sequence
 
 from kio.schema.errors import ErrorCode
 
+from reference_impl.model import share_txn
 from reference_impl.model.partition_log import LATEST_TIMESTAMP, IsolationLevel, PartitionLog
 from reference_impl.model.share_partition_config import (
     AutoOffsetReset,
@@ -50,6 +51,9 @@ class RecordState(IntEnum):
     ACQUIRED = 1  # never persisted
     ACKNOWLEDGED = 2
     ARCHIVED = 4
+    # KIP-1289: acknowledged inside an open producer transaction; never persisted (the KIP
+    # keeps __share_group_state unchanged), not a KIP-932 DeliveryState id.
+    TX_PENDING = 16
 
     @property
     def terminal(self) -> bool:
@@ -75,6 +79,8 @@ class Event(Enum):
     LOCK_EXPIRED = "lock_expired"  # acquisition lock elapsed
     MEMBER_RELEASED = "member_released"  # share session closed / member left
     ARCHIVE = "archive"  # leader archives: aborted transaction (read_committed), log start moved
+    TXN_STAGE = "txn_stage"  # KIP-1289 TxnShareAcknowledge stages ACCEPT/REJECT
+    TXN_ABORT = "txn_abort"  # KIP-1289 ABORT marker of the staging producer
 
 
 S = RecordState
@@ -89,6 +95,14 @@ TRANSITIONS: dict[tuple[RecordState, Event], RecordState] = {
     (S.ACQUIRED, Event.REJECT): S.ARCHIVED,
     (S.ACQUIRED, Event.GAP): S.ARCHIVED,
     (S.ACQUIRED, Event.ARCHIVE): S.ARCHIVED,
+    # KIP-1289 "State machine additions": staging, then the marker. A COMMIT marker applies the
+    # staged type (ACCEPT/REJECT events below); ABORT returns the record to its member with its
+    # lock running; lock expiry while pending ends the delivery like an Acquired lock expiry.
+    (S.ACQUIRED, Event.TXN_STAGE): S.TX_PENDING,
+    (S.TX_PENDING, Event.ACCEPT): S.ACKNOWLEDGED,
+    (S.TX_PENDING, Event.REJECT): S.ARCHIVED,
+    (S.TX_PENDING, Event.TXN_ABORT): S.ACQUIRED,
+    (S.TX_PENDING, Event.LOCK_EXPIRED): S.AVAILABLE,  # Archived once the delivery count reached the limit
     # Acknowledged -> Archived happens when the SPSO moves past the record: such records leave
     # `ranges` and `state_of()` answers ARCHIVED for every offset below the SPSO.
 }
@@ -126,8 +140,10 @@ class InFlightRange:
     last_offset: int
     state: RecordState
     delivery_count: int
-    member_id: str | None = None  # set only while ACQUIRED
-    lock_deadline_ms: int | None = None  # set only while ACQUIRED
+    member_id: str | None = None  # set only while ACQUIRED or TX_PENDING
+    lock_deadline_ms: int | None = None  # set only while ACQUIRED or TX_PENDING
+    # KIP-1289 staging (only while TX_PENDING): (producer id, producer epoch, ack type).
+    txn: tuple[int, int, int] | None = None
 
     @property
     def size(self) -> int:
@@ -271,6 +287,7 @@ class SharePartition:
         self._spso = start_offset
         self._speo = start_offset
         self._ranges: list[InFlightRange] = []
+        self.txn_lock_expired = 0  # KIP-1289 TxnPendingLockExpiredCount
 
     # -- construction ------------------------------------------------------------------
 
@@ -658,6 +675,97 @@ class SharePartition:
                 r.member_id = None
                 r.lock_deadline_ms = None
 
+    # -- KIP-1289: acknowledgements inside a producer transaction --------------------------
+
+    def checkpoint(self) -> tuple:
+        """Opaque copy of the in-flight state, for all-or-nothing staging across partitions."""
+        return ([dataclasses.replace(r) for r in self._ranges], self._spso, self._speo)
+
+    def restore(self, saved: tuple) -> None:
+        ranges, self._spso, self._speo = saved
+        self._ranges = [dataclasses.replace(r) for r in ranges]
+
+    def stage_txn(
+        self, member_id: str, batches: Iterable[tuple[int, int, Sequence[int]] | object],
+        producer_id: int, producer_epoch: int, now_ms: int,
+    ) -> AckResult:
+        """TxnShareAcknowledge for this partition, all or nothing: Acquired records of
+        `member_id` become TX_PENDING, tagged with the producer and the type to apply at
+        commit. Types other than ACCEPT/REJECT are INVALID_RECORD_STATE (KIP-1289 corner case
+        10); records not Acquired by the member (also TX_PENDING ones) INVALID_RECORD_STATE;
+        malformed ranges INVALID_REQUEST. The acquisition lock keeps running."""
+        saved = self.checkpoint()
+        try:
+            for batch in batches:
+                first, last, types = _batch_fields(batch)
+                self._stage_one(member_id, first, last, types, (producer_id, producer_epoch))
+        except _AckError as err:
+            self.restore(saved)
+            return AckResult(err.code, err.message)
+        return AckResult()
+
+    def _stage_one(self, member_id: str, first: int, last: int, types: Sequence[int], producer: tuple[int, int]) -> None:
+        if first > last or first < 0 or len(types) not in (1, last - first + 1):
+            raise _AckError(ErrorCode.invalid_request, f"invalid acknowledgement batch {first}..{last}")
+        bad = [int(t) for t in types if int(t) not in share_txn.TXN_ACK_TYPES]
+        if bad:
+            raise _AckError(ErrorCode.invalid_record_state, f"acknowledge type {bad[0]} cannot be staged in a transaction")
+        if last < self._spso:
+            return
+        if last >= self._speo:
+            raise _AckError(ErrorCode.invalid_request, f"offsets up to {last} were never acquired (SPEO {self._speo})")
+        for off in range(max(first, self._spso), last + 1):
+            t = int(types[0] if len(types) == 1 else types[off - first])
+            (r,) = self._isolate(off, off) if self._index(off) is not None else (None,)
+            if r is None or r.state is not S.ACQUIRED or r.member_id != member_id:
+                state = "not in flight" if r is None else r.state.name
+                raise _AckError(ErrorCode.invalid_record_state, f"offset {off} is {state}, not acquired by this member")
+            r.state = next_state(r.state, Event.TXN_STAGE, r.delivery_count, self.config.delivery_count_limit)
+            r.txn = (producer[0], producer[1], t)
+        self._coalesce_pending()
+
+    def _coalesce_pending(self) -> None:
+        """Merge adjacent ranges that are equal but for their offsets (staging splits per offset)."""
+        out: list[InFlightRange] = []
+        for r in self._ranges:
+            p = out[-1] if out else None
+            if p is not None and p.last_offset + 1 == r.first_offset and (p.state, p.delivery_count, p.member_id,
+                    p.lock_deadline_ms, p.txn) == (r.state, r.delivery_count, r.member_id, r.lock_deadline_ms, r.txn):
+                p.last_offset = r.last_offset
+            else:
+                out.append(r)
+        self._ranges = out
+
+    def apply_txn_marker(self, producer_id: int, producer_epoch: int, committed: bool) -> list[StateChange]:
+        """A WriteTxnMarkers for (producer_id, producer_epoch) reached this broker: resolve the
+        TX_PENDING records it owns (share_txn.marker_resolves); everything else is untouched,
+        so a duplicate or foreign marker is a no-op (corner cases 3, 5, 13, 14)."""
+        changes: list[StateChange] = []
+        for r in self._ranges:
+            if r.state is not S.TX_PENDING or r.txn is None:
+                continue
+            if not share_txn.marker_resolves(r.txn[:2], producer_id, producer_epoch):
+                continue
+            if committed:
+                event = ACK_EVENTS[AcknowledgeType(r.txn[2])]
+                r.state = next_state(r.state, event, r.delivery_count, self.config.delivery_count_limit)
+                r.member_id = None
+                r.lock_deadline_ms = None
+            else:
+                r.state = next_state(r.state, Event.TXN_ABORT, r.delivery_count, self.config.delivery_count_limit)
+            r.txn = None
+            changes.append(StateChange(r.first_offset, r.last_offset, r.state, r.delivery_count))
+        if changes:
+            self._advance()
+        return changes
+
+    def txn_pending(self) -> list[tuple[int, int, tuple[int, int, int]]]:
+        """(first, last, (producer id, epoch, type)) of every TX_PENDING range."""
+        return [(r.first_offset, r.last_offset, r.txn) for r in self._ranges if r.state is S.TX_PENDING and r.txn]
+
+    def txn_pending_count(self) -> int:
+        return sum(r.size for r in self._ranges if r.state is S.TX_PENDING)
+
     # -- timers and members -------------------------------------------------------------
 
     def tick(self, now_ms: int) -> list[StateChange]:
@@ -665,10 +773,12 @@ class SharePartition:
         count kept) or Archived at the delivery-count limit."""
         changes: list[StateChange] = []
         for r in self._ranges:
-            if r.state is S.ACQUIRED and r.lock_deadline_ms is not None and r.lock_deadline_ms <= now_ms:
+            if r.state in (S.ACQUIRED, S.TX_PENDING) and r.lock_deadline_ms is not None and r.lock_deadline_ms <= now_ms:
+                self.txn_lock_expired += r.size if r.state is S.TX_PENDING else 0
                 r.state = next_state(r.state, Event.LOCK_EXPIRED, r.delivery_count, self.config.delivery_count_limit)
                 r.member_id = None
                 r.lock_deadline_ms = None
+                r.txn = None
                 changes.append(StateChange(r.first_offset, r.last_offset, r.state, r.delivery_count))
         if changes:
             self._advance()
@@ -705,7 +815,7 @@ class SharePartition:
         out: list[StateBatch] = []
         for r in self._ranges:
             state, count = r.state, r.delivery_count
-            if state is S.ACQUIRED:
+            if state in (S.ACQUIRED, S.TX_PENDING):  # KIP-1289 corner case 1: in memory only
                 state, count = S.AVAILABLE, max(0, count - 1)
             if state is S.AVAILABLE and count == 0:
                 continue

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from dataclasses import dataclass
-from typing import Any, Hashable, Iterable, Sequence
+from typing import Any, Callable, Hashable, Iterable, Sequence
 
 from kio.schema.errors import ErrorCode
 
@@ -263,6 +263,59 @@ class SharePartitionManager:
                 self._persist(key, sp, now_ms)
                 changed = True
         return changed
+
+    # -- KIP-1289 ---------------------------------------------------------------------
+
+    def stage_txn(
+        self, group_id: str, member_id: str, parts: Sequence[tuple[uuid.UUID, int, Sequence[tuple[int, int, Sequence[int]]]]],
+        producer_id: int, producer_epoch: int, now_ms: int,
+    ) -> list[AckResult]:
+        """Stage one TxnShareAcknowledge, all or nothing across its partitions (corner case
+        11): when a partition fails, the ones already staged are restored before answering.
+        Nothing is persisted: TX_PENDING lives in memory only (corner case 1)."""
+        saved: list[tuple[SharePartition, tuple]] = []
+        results: list[AckResult] = []
+        for topic_id, partition, batches in parts:
+            sp = self.partitions.get((group_id, topic_id, partition))
+            if sp is None:
+                results.append(AckResult(ErrorCode.invalid_record_state, "No records of this share-partition are acquired."))
+                continue
+            sp.tick(now_ms)
+            saved.append((sp, sp.checkpoint()))
+            results.append(sp.stage_txn(member_id, batches, producer_id, producer_epoch, now_ms))
+        if not all(r.ok for r in results):
+            for sp, cp in saved:
+                sp.restore(cp)
+        return results
+
+    def apply_txn_marker(self, producer_id: int, producer_epoch: int, committed: bool, now_ms: int | None = None) -> int:
+        """The KIP-1289 hook of WriteTxnMarkers: offer the marker to every share-partition;
+        returns how many records it resolved. Resolved partitions persist their new state."""
+        resolved = 0
+        for key, sp in self.partitions.items():
+            changes = sp.apply_txn_marker(producer_id, producer_epoch, committed)
+            if changes:
+                resolved += sum(c.last_offset - c.first_offset + 1 for c in changes)
+                self._persist(key, sp, now_ms)
+        return resolved
+
+    def txn_pending_count(self) -> int:
+        """KIP-1289 TxnPendingRecordsCount over all share-partitions."""
+        return sum(sp.txn_pending_count() for sp in self.partitions.values())
+
+    def txn_lock_expired_count(self) -> int:
+        """KIP-1289 TxnPendingLockExpiredCount."""
+        return sum(sp.txn_lock_expired for sp in self.partitions.values())
+
+    def forget_txn_pending(self, led_here: Callable[[str, int], bool]) -> int:
+        """A share-partition leader crashed or lost leadership (corner cases 1 and 12): its
+        in-memory state is gone, so partitions holding TX_PENDING records are dropped and
+        reload from the share coordinator on next use. Only those: other partitions keep the
+        reference's KIP-932 behaviour. Returns how many were dropped."""
+        gone = [k for k, sp in self.partitions.items() if sp.txn_pending_count() and led_here(sp.topic, sp.partition)]
+        for key in gone:
+            del self.partitions[key]
+        return len(gone)
 
     def forget_group_topic(self, group_id: str, topic_id: uuid.UUID) -> None:
         """Drop the in-memory share-partitions of (group, topic): an admin reset or delete

@@ -70,6 +70,7 @@ if TYPE_CHECKING:
 S = TransactionState
 SHORT_MAX = (1 << 15) - 1
 CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
+SHARE_STATE_TOPIC = "__share_group_state"  # KIP-1289 registers its partitions as participants
 TRANSACTION_VERSION_FEATURE = "transaction.version"
 # A cluster without a finalized transaction.version is at level 0 (Kafka's getOrDefault);
 # the reference's BrokerConfig is expected to finalize 2 by default.
@@ -203,6 +204,9 @@ class TransactionCoordinator:
         self.version = 0  # bumped on every change (waiters compare it)
         # Loads in progress after a coordinator node restart: (owns(tid), load end time).
         self._loads: list[tuple[Callable[[str], bool], int]] = []
+        # KIP-1289: the marker reaching a __share_group_state partition runs the share-partition
+        # leaders' hook (producer id, marker epoch, committed, now) -> records resolved.
+        self.share_txn_markers: Callable[[int, int, bool, int], Any] | None = None
         if log is not None:
             for record in log:
                 self.log.append(record)
@@ -212,7 +216,7 @@ class TransactionCoordinator:
     def rebuild(cls, previous: "TransactionCoordinator", *, clock: Clock | None = None) -> "TransactionCoordinator":
         """A new coordinator (fail-over / restart) loaded from `previous`'s log, with the
         coordinator epoch raised by one, sharing the cluster's producer id allocator."""
-        return cls(
+        rebuilt = cls(
             previous.node_ids,
             clock or previous.clock,
             previous.config,
@@ -223,6 +227,8 @@ class TransactionCoordinator:
             log=previous.log,
             coordinator_epoch=previous.coordinator_epoch + 1,
         )
+        rebuilt.share_txn_markers = previous.share_txn_markers
+        return rebuilt
 
     # -- configuration -----------------------------------------------------------------
 
@@ -804,6 +810,15 @@ class TransactionCoordinator:
         for participant in sorted(pending, key=lambda p: (p.kind, p.topic, p.partition, p.group)):
             if participant.kind == "group":
                 self._complete_group_offsets({participant.group}, set(), value, committed)
+                pending.discard(participant)
+                continue
+            if participant.topic == SHARE_STATE_TOPIC and (
+                self.topics is None or self.topics.partition(participant.topic, participant.partition) is None
+            ):
+                # The reference has no __share_group_state log: the marker for that partition is
+                # KIP-1289's hook on the share-partition leaders (KafkaApis broadcast).
+                if self.share_txn_markers is not None:
+                    self.share_txn_markers(value.producer_id, value.producer_epoch, committed, now)
                 pending.discard(participant)
                 continue
             if participant.topic == CONSUMER_OFFSETS_TOPIC and (

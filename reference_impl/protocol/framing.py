@@ -70,7 +70,7 @@ def request_schema(api_key: int, api_version: int) -> type:
     try:
         return load_request_schema(api_key, api_version)
     except (UnknownAPIKey, UnknownEntity):
-        raise UnsupportedApi(api_key, api_version) from None
+        return _extra_schema(api_key, api_version, "request")
 
 
 @lru_cache(maxsize=None)
@@ -78,7 +78,17 @@ def response_schema(api_key: int, api_version: int) -> type:
     try:
         return load_response_schema(api_key, api_version)
     except (UnknownAPIKey, UnknownEntity):
-        raise UnsupportedApi(api_key, api_version) from None
+        return _extra_schema(api_key, api_version, "response")
+
+
+def _extra_schema(api_key: int, api_version: int, kind: str) -> type:
+    """Schemas kio lacks (KIP-1289's api key 93), generated into protocol/schemas."""
+    from reference_impl.protocol import schemas
+
+    cls = schemas.lookup(api_key, api_version, kind)
+    if cls is None:
+        raise UnsupportedApi(api_key, api_version)
+    return cls
 
 
 def is_flexible(api_key: int, api_version: int) -> bool:

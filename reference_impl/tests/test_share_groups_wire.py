@@ -262,7 +262,7 @@ def test_api_versions_and_share_version_feature(env, client):
     assert finalized.get("share.version", 0) >= 1
     if env.reference is not None:
         supported = {f.name: (int(f.min_version), int(f.max_version)) for f in resp.supported_features}
-        assert finalized["share.version"] == 1 and supported["share.version"] == (0, 1)
+        assert finalized["share.version"] == 1 and supported["share.version"] == (0, 2)  # 2: KIP-1289
 
 
 # -- membership ----------------------------------------------------------------------------

@@ -1,0 +1,1 @@
+"""Generated message classes (see ../codegen.py)."""
