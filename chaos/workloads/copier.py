@@ -78,7 +78,7 @@ class CopierWorkload:
         from confluent_kafka import Producer
         from conformance import client_ops
         rng = random.Random(self.seed)
-        producer = Producer(client_ops.config(self.target, **{"enable.idempotence": True,
+        producer = Producer(client_ops.config(self.target, **{"log_level": 2, "enable.idempotence": True,
                                                                "message.timeout.ms": 8000}))
         try:
             for n in range(self.max_records):
@@ -96,7 +96,7 @@ class CopierWorkload:
                 else:
                     out = classify("produce", got[0][0] if got else TimeoutError("undelivered"))
                     self.rec.complete(inv, out.type, error=f"{out.error}: {out.reason}")
-                    producer = Producer(client_ops.config(self.target, **{"enable.idempotence": True,
+                    producer = Producer(client_ops.config(self.target, **{"log_level": 2, "enable.idempotence": True,
                                                                            "message.timeout.ms": 8000}))
                 stop.wait(1.0 / self.feed_rate)
         finally:
@@ -153,7 +153,7 @@ class CopierWorkload:
     def _final_read(self, topic: str, timeout_s: float = 60.0) -> None:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
         from conformance import client_ops
-        c = Consumer(client_ops.config(self.target, **{"group.id": f"{self.group}-final", "enable.auto.commit": False,
+        c = Consumer(client_ops.config(self.target, **{"log_level": 2, "group.id": f"{self.group}-final", "enable.auto.commit": False,
                                                        "isolation.level": "read_committed"}))
         keys = [f"{topic}-{p}" for p in range(self.partitions)]
         self.rec.pair("final", "assign", keys)
@@ -175,8 +175,11 @@ class CopierWorkload:
     # ------------------------------------------------------------------ check
 
     def check(self, history: History) -> dict:
+        from chaos.checkers import fencing
+        incarnations = {self.tid: [f"copier-{k}" for k in range(1, self.incarnations + 1)]}
         return compose({"attempts": check(history, allowed=EXACTLY_ONCE),
-                        "input-identity": check(input_identity(history, self.output), allowed=EXACTLY_ONCE)})
+                        "input-identity": check(input_identity(history, self.output), allowed=EXACTLY_ONCE),
+                        "fencing": fencing.check(history, incarnations)})
 
 
 def _caught_up(consumer: Any, topic: str, partitions: int) -> bool:

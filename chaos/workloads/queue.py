@@ -243,7 +243,7 @@ class QueueWorkload:
         reaches it once every transaction is decided), as process ``final``."""
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
         from conformance import client_ops
-        consumer = Consumer(client_ops.config(self.target, **{
+        consumer = Consumer(client_ops.config(self.target, **{"log_level": 2,
             "group.id": f"{self.topic}-final", "enable.auto.commit": False,
             "isolation.level": "read_committed", "enable.partition.eof": False}))
         inv = self.rec.invoke("final", "poll", [["poll"]])
@@ -290,7 +290,7 @@ class _Clients:
 
     def _config(self, **extra: Any) -> dict:
         from conformance import client_ops
-        return client_ops.config(self.w.target, **extra)
+        return client_ops.config(self.w.target, **{"log_level": 2, **extra})
 
     def transactional(self) -> Any:
         from confluent_kafka import Producer
