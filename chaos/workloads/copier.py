@@ -26,6 +26,7 @@ from chaos.checkers.kafka_queue import EXACTLY_ONCE, check
 from chaos.checkers.result import compose
 from chaos.client.outcomes import OK, classify
 from chaos.history import History
+from chaos.client import config as _config
 from chaos.recorder import Recorder, read_jsonl
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,7 +79,7 @@ class CopierWorkload:
         from confluent_kafka import Producer
         from conformance import client_ops
         rng = random.Random(self.seed)
-        producer = Producer(client_ops.config(self.target, **{"log_level": 2, "enable.idempotence": True,
+        producer = Producer(_config(self.target, {"enable.idempotence": True,
                                                                "message.timeout.ms": 8000}))
         try:
             for n in range(self.max_records):
@@ -96,7 +97,7 @@ class CopierWorkload:
                 else:
                     out = classify("produce", got[0][0] if got else TimeoutError("undelivered"))
                     self.rec.complete(inv, out.type, error=f"{out.error}: {out.reason}")
-                    producer = Producer(client_ops.config(self.target, **{"log_level": 2, "enable.idempotence": True,
+                    producer = Producer(_config(self.target, {"enable.idempotence": True,
                                                                            "message.timeout.ms": 8000}))
                 stop.wait(1.0 / self.feed_rate)
         finally:
@@ -153,7 +154,7 @@ class CopierWorkload:
     def _final_read(self, topic: str, timeout_s: float = 60.0) -> None:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
         from conformance import client_ops
-        c = Consumer(client_ops.config(self.target, **{"log_level": 2, "group.id": f"{self.group}-final", "enable.auto.commit": False,
+        c = Consumer(_config(self.target, {"group.id": f"{self.group}-final", "enable.auto.commit": False,
                                                        "isolation.level": "read_committed"}))
         keys = [f"{topic}-{p}" for p in range(self.partitions)]
         self.rec.pair("final", "assign", keys)

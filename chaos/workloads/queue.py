@@ -21,6 +21,7 @@ from typing import Any
 
 from chaos.checkers.kafka_queue import allowed_error_types, check
 from chaos.client.outcomes import FAIL, INFO, OK, classify
+from chaos.client import config as _config
 from chaos.recorder import Recorder
 
 CLIENT_TIMEOUT_S = 10.0
@@ -243,8 +244,7 @@ class QueueWorkload:
         reaches it once every transaction is decided), as process ``final``."""
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
         from conformance import client_ops
-        consumer = Consumer(client_ops.config(self.target, **{"log_level": 2,
-            "group.id": f"{self.topic}-final", "enable.auto.commit": False,
+        consumer = Consumer(_config(self.target, {"group.id": f"{self.topic}-final", "enable.auto.commit": False,
             "isolation.level": "read_committed", "enable.partition.eof": False}))
         inv = self.rec.invoke("final", "poll", [["poll"]])
         reads: dict[str, list] = {self._key(p): [] for p in range(self.partitions)}
@@ -290,7 +290,7 @@ class _Clients:
 
     def _config(self, **extra: Any) -> dict:
         from conformance import client_ops
-        return client_ops.config(self.w.target, **{"log_level": 2, **extra})
+        return _config(self.w.target, {**extra})
 
     def transactional(self) -> Any:
         from confluent_kafka import Producer
