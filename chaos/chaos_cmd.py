@@ -37,12 +37,16 @@ def replay_command(args: argparse.Namespace, seed: int, out: Path) -> str:
     return shlex.join(parts)
 
 
+class UsageError(ValueError):
+    """Bad input: one line on stderr, exit 2 (printed here, so that it holds however the
+    CLI module was loaded)."""
+
+
 def _validate(args: argparse.Namespace) -> dict:
     """Raise UsageError for bad input before anything starts; the workload options."""
     from chaos.nemesis.registry import known_kinds
     from chaos.schedule import parse_faults
     from chaos.workloads import WORKLOADS
-    from conformance.cli import UsageError
     from fixtures.target import parse_target_spec
 
     try:
@@ -73,7 +77,11 @@ def run(args: argparse.Namespace) -> int:
     from chaos.runner import CouldNotRun, RunConfig
     from chaos.runner import run as run_chaos
 
-    options = _validate(args)
+    try:
+        options = _validate(args)
+    except UsageError as exc:
+        print(f"kipcheck: error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_COULD_NOT_RUN
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     out = Path(args.out) if args.out else Path("chaos-out") / str(seed)
     print(f"seed={seed}", flush=True)
