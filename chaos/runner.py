@@ -42,6 +42,8 @@ class RunConfig:
     time_limit_s: float = 30.0
     out: Path = Path("chaos-out")
     workload_options: dict[str, Any] = field(default_factory=dict)
+    target_hook: Any = None
+    """Called with the started target (tests only: e.g. to break the reference on purpose)."""
 
 
 @dataclass
@@ -120,6 +122,8 @@ def run(cfg: RunConfig, log=print) -> RunResult:
     try:
         try:
             target.start()
+            if cfg.target_hook is not None:
+                cfg.target_hook(target)
             nemeses = nemeses_for(target, sorted({s.kind for s in specs}), seed=cfg.seed)
             for n in nemeses:
                 n.setup(target)

@@ -57,9 +57,10 @@ class QueueWorkload:
     name = "queue"
 
     def __init__(self, seed: int, processes: int = 3, partitions: int = 4, max_ops: int = 400,
-                 subscribe: bool = False) -> None:
+                 subscribe: bool = False, replication_factor: int = -1) -> None:
         self.seed, self.processes, self.partitions = seed, processes, partitions
         self.max_ops, self.subscribe = max_ops, subscribe
+        self.replication_factor = replication_factor
         self.topic = f"chaos-queue-{seed}-{random.Random(seed).randrange(1 << 30):x}"
         self._values = itertools.count(1)
         self._budget = itertools.count(1)
@@ -72,7 +73,13 @@ class QueueWorkload:
     def setup(self, target: Any, recorder: Recorder) -> None:
         from conformance import client_ops
         self.target, self.rec = target, recorder
-        client_ops.create_topic(target, self.topic, partitions=self.partitions)
+        if self.replication_factor == -1:
+            client_ops.create_topic(target, self.topic, partitions=self.partitions)
+            return
+        from confluent_kafka.admin import NewTopic
+        admin = client_ops.admin(target)  # kept alive until the topic exists
+        futures = admin.create_topics([NewTopic(self.topic, self.partitions, replication_factor=self.replication_factor)])
+        futures[self.topic].result(30)
 
     def run(self, stop: threading.Event) -> None:
         threads = [threading.Thread(target=self._process, args=(i, stop), name=f"queue-{i}", daemon=True)
