@@ -83,6 +83,8 @@ def render(history: History, check: dict, faults: list[dict], meta: dict[str, An
         if i in marked:
             dots.append(f'<circle cx="{x(s):.1f}" cy="{y_lat(lat):.1f}" r="7" fill="none" stroke="red" stroke-width="2">'
                         f'<title>anomaly example: op {i}</title></circle>')
+    dots += [f'<text x="{PAD - 4}" y="{y_lat(ms) + 3:.1f}" font-size="9" text-anchor="end">{ms:g}</text>'
+             for ms in (1, 10, 100, 1000, 10000) if math.log10(ms) <= lat_max + 0.2]
     buckets = [0] * (int(span) + 1)
     for s, lat, _, _ in ops:
         buckets[min(int(s + lat / 1e3), len(buckets) - 1)] += 1
