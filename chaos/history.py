@@ -45,7 +45,9 @@ CLIENT_FS = ("send", "poll", "txn")
 """Ops whose value is a list of micro-ops."""
 POSITION_FS = ("assign", "subscribe", "seek", "crash")
 """Ops that (may) move a consumer's position: monotonicity chains restart after them."""
-FS = CLIENT_FS + POSITION_FS
+NEMESIS_FS = ("start-fault", "stop-fault")
+"""Nemesis ops (process ``"nemesis"``, value: the FaultRecord as a dict); checkers skip them."""
+FS = CLIENT_FS + POSITION_FS + NEMESIS_FS
 
 Key = str
 

@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable, Mapping
 
+from chaos.checkers.share_rules import ack_name
 from chaos.history import COMPLETION_TYPES, INFO, INVOKE, OK, HistoryError, History, Key, Op, key_of
 from chaos.history import Completed as BaseCompleted
 
@@ -40,15 +41,17 @@ __all__ = [
 
 FS = ("produce", "fetch", "ack", "spso", "join", "leave", "crash")
 ACK_TYPES = ("accept", "release", "reject")
-_ACK_BY_NUMBER = {1: "accept", 2: "release", 3: "reject"}
 
 
 def ack_type(t: Any) -> str:
     """Canonical acknowledgement type name (``1`` / ``"ACCEPT"`` -> ``"accept"``)."""
-    if isinstance(t, int) and not isinstance(t, bool) and t in _ACK_BY_NUMBER:
-        return _ACK_BY_NUMBER[t]
-    if isinstance(t, str) and t.lower() in ACK_TYPES:
-        return t.lower()
+    if isinstance(t, (int, str)) and not isinstance(t, bool):
+        try:
+            name = ack_name(t)
+        except (KeyError, ValueError):
+            name = None
+        if name in ACK_TYPES:
+            return name
     raise HistoryError(f"acknowledgement type must be accept/release/reject (1/2/3), got {t!r}")
 
 

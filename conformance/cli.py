@@ -208,6 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
         "reference state machines per entity (see docs/trace-checks.md). Exit 0 when no violation, 1 when "
         "violations, 2 on error. Runs unchanged under spark-submit.",
     )
+    _add_trace_command(sub, "chaos", "chaos.chaos_cmd", help="one seeded chaos run: workload + faults + checkers",
+                       description="See docs/chaos-workloads.md. Exit 0 valid, 1 anomaly, 2 could not run, 3 unknown.")
     return p
 
 
@@ -244,6 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "replay": cmd_trace,
         "diff": cmd_trace,
         "check": cmd_trace,
+        "chaos": cmd_trace,
     }[args.command]
     try:
         return handler(args)

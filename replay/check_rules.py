@@ -3,12 +3,15 @@
 Rule ids are stable (they key the violations table and the summary); requirement ids come
 from conformance/catalog/*.yaml. `ENGINE` says which part of the job decides the rule:
 "row" rules are DataFrame comparisons (Spark) / loops (pure); "replay" rules come from the
-per-entity state machines in replay.entity_replay.
+per-entity state machines in replay.entity_replay. Share-partition rules take their
+requirement ids from chaos.checkers.share_rules, the one place both checkers read them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from chaos.checkers.share_rules import RULE_REQUIREMENTS as SHARE_RULE_REQUIREMENTS
 
 
 @dataclass(frozen=True)
@@ -36,17 +39,17 @@ RULES: tuple[Rule, ...] = (
     Rule("TXN.OFFSETS_BEFORE_MARKER", ("KIP-98.TXNOFF.001", "KIP-98.TXN.002", "KIP-447.TXN.001"), "group", "replay",
          "OffsetFetch returned a transactional offset before its transaction's EndTxn(commit) was sent, "
          "or one whose transaction aborted"),
-    Rule("SHARE.DOUBLE_ACQUIRE", ("KIP-932.STATE.004", "KIP-932.LOCK.001"), "share-partition", "replay",
+    Rule("SHARE.DOUBLE_ACQUIRE", SHARE_RULE_REQUIREMENTS["SHARE.DOUBLE_ACQUIRE"], "share-partition", "replay",
          "a record was acquired by a member while another member held it under an unexpired acquisition lock"),
-    Rule("SHARE.DELIVERY_COUNT", ("KIP-932.STATE.003", "KIP-932.DELIVERY.001", "KIP-932.CONFIG.001"),
+    Rule("SHARE.DELIVERY_COUNT", SHARE_RULE_REQUIREMENTS["SHARE.DELIVERY_COUNT"],
          "share-partition", "replay",
          "an acquired record's delivery count exceeds the delivery limit or is below its previous delivery count"),
-    Rule("SHARE.REDELIVERED_FINAL", ("KIP-932.STATE.005", "KIP-932.STATE.008"), "share-partition", "replay",
+    Rule("SHARE.REDELIVERED_FINAL", SHARE_RULE_REQUIREMENTS["SHARE.REDELIVERED_FINAL"], "share-partition", "replay",
          "a record was acquired again after an accepted ACCEPT or REJECT acknowledgement"),
-    Rule("SHARE.ACK_NOT_HELD", ("KIP-932.ACK.002", "KIP-932.LOCK.002"), "share-partition", "replay",
+    Rule("SHARE.ACK_NOT_HELD", SHARE_RULE_REQUIREMENTS["SHARE.ACK_NOT_HELD"], "share-partition", "replay",
          "an acknowledgement succeeded for records the member did not hold (acquired by another member, "
          "already acknowledged, or its lock had certainly expired)"),
-    Rule("SHARE.SPSO_REGRESSED", ("KIP-932.STATE.010",), "share-partition", "replay",
+    Rule("SHARE.SPSO_REGRESSED", SHARE_RULE_REQUIREMENTS["SHARE.SPSO_REGRESSED"], "share-partition", "replay",
          "a reported share-partition start offset (DescribeShareGroupOffsets) is below an earlier report"),
     Rule("SHARE.SESSION_EPOCH", ("KIP-932.SESSION.001", "KIP-932.SESSION.002", "KIP-932.SESSION.004",
                                  "KIP-932.SESSION.005", "KIP-932.SESSION.009", "KIP-932.SESSION.010",

@@ -11,7 +11,8 @@ The models keep what the reference keeps and answer what the reference would ans
   KIP-890), and which requests the coordinator/leader must fence from then on;
 * group offsets: which offsets are visible to OffsetFetch at a time (plain commits at once,
   transactional ones from their EndTxn(commit), never after an abort);
-* share group, per share-partition: per record holder member, lock window (request/response wall times plus
+* share group, per share-partition (the KIP-932 rules themselves are
+  ``chaos.checkers.share_rules``, shared with the chaos share-group checker): per record holder member, lock window (request/response wall times plus
   the lock duration), delivery count, final (Acknowledged/Archived) state, a start offset
   below which everything is final, and the reported SPSO;
 * share session: the reference `ShareSessionCache` (the KIP's epoch table as Kafka
@@ -26,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from chaos.checkers import share_rules as rules
 from reference_impl.model.share_session import ShareSessionCache, ShareSessionError
 
 Violation = tuple[str, str, int, str]
@@ -33,13 +35,12 @@ Violation = tuple[str, str, int, str]
 API_PRODUCE, API_INIT_PRODUCER_ID, API_END_TXN = 0, 22, 26
 API_SHARE_FETCH, API_SHARE_ACKNOWLEDGE = 78, 79
 SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH = 122, 123
-ACK_GAP, ACK_ACCEPT, ACK_RELEASE, ACK_REJECT, ACK_RENEW = 0, 1, 2, 3, 4
 
 
 @dataclass(frozen=True)
 class CheckConfig:
     lock_duration_ms: int = 30_000  # group.share.record.lock.duration.ms
-    delivery_count_limit: int = 5  # group.share.delivery.count.limit
+    delivery_count_limit: int = rules.DEFAULT_DELIVERY_LIMIT  # group.share.delivery.count.limit
 
 
 def _v(x: Any) -> Any:
@@ -157,7 +158,7 @@ class SharePartitionView:
 
     def acquire(self, seq: int, member: str, first: int, last: int, count: int, t_req: int, t_resp: int) -> None:
         found: dict[str, str] = {}
-        if count > self.cfg.delivery_count_limit:
+        if rules.delivery_count_problem(count, self.cfg.delivery_count_limit) == "above-limit":
             found["SHARE.DELIVERY_COUNT"] = f"offsets {first}-{last} delivered with count {count} > limit {self.cfg.delivery_count_limit}"
         if self.start is None:
             self.start = first
@@ -169,9 +170,10 @@ class SharePartitionView:
             if r is not None:
                 if r.final:
                     found.setdefault("SHARE.REDELIVERED_FINAL", f"offset {o} was accepted or rejected before")
-                elif r.holder is not None and r.holder != member and t_resp < r.t_req + self.cfg.lock_duration_ms:
+                elif r.holder is not None and r.holder != member and rules.lock_surely_held(
+                        r.t_req, t_resp, self.cfg.lock_duration_ms):
                     found.setdefault("SHARE.DOUBLE_ACQUIRE", f"offset {o} is held by {r.holder} (lock from {r.t_req})")
-                if count < r.count:
+                if rules.delivery_count_problem(count, float("inf"), r.count) == "decrease":
                     found.setdefault("SHARE.DELIVERY_COUNT", f"offset {o} delivery count {count} after {r.count}")
                 if r.holder is not None:
                     self._release(r.holder, o)
@@ -194,15 +196,15 @@ class SharePartitionView:
                     bad = f"offset {o} was already acknowledged"
                 elif r.holder != member:
                     bad = f"offset {o} is held by {r.holder}, not {member}"
-                elif t_req > r.t_resp + self.cfg.lock_duration_ms:
+                elif rules.lock_surely_expired(r.t_resp, t_req, self.cfg.lock_duration_ms):
                     bad = f"offset {o}: lock expired (acquired by {t_req - r.t_resp} ms before the ack)"
-            if t == ACK_RENEW:
+            if rules.renews(t):
                 r.t_req = r.t_resp = t_req
                 continue
             if r.holder is not None:
                 self._release(r.holder, o)
             r.holder = None
-            r.final = t in (ACK_ACCEPT, ACK_REJECT, ACK_GAP)
+            r.final = rules.settles(t)
         if bad is not None:
             self._flag("SHARE.ACK_NOT_HELD", seq, bad)
         self._advance()
@@ -214,7 +216,7 @@ class SharePartitionView:
                 r.holder = None
 
     def report_spso(self, seq: int, spso: int) -> None:
-        if self.reported_spso is not None and spso < self.reported_spso:
+        if rules.spso_regressed(self.reported_spso, spso):
             self._flag("SHARE.SPSO_REGRESSED", seq, f"start offset {spso} after {self.reported_spso}")
         self.reported_spso = spso if self.reported_spso is None else max(spso, self.reported_spso)
 

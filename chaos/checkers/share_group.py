@@ -19,15 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from chaos.checkers import share_rules as rules
 from chaos.checkers.result import CheckResult, decide
+from chaos.checkers.share_rules import DEFAULT_DELIVERY_LIMIT, REQUIREMENTS, SETTLING
 from chaos.history import FAIL, INFO, OK, Key
 from chaos.share_history import AckEntry, Acquisition, Completed, ShareHistory, ack_entries_of, acquisitions_of
-
-DEFAULT_DELIVERY_LIMIT = 5
-"""Kafka's group.share.delivery.count.limit default (the KIP's delivery attempt limit)."""
-
-SETTLING = ("accept", "reject")
-"""Acknowledgement types that end a record's life in the group (Acknowledged / Archived)."""
 
 Offset = tuple[Key, int]
 
@@ -122,7 +118,9 @@ def concurrent_acquisition_cases(h: ShareHistory | ShareAnalysis) -> list[dict]:
                 if second.op.process == first.op.process or not _precedes(first.op, second.op):
                     continue
                 done = second.op.complete
-                if second.op.end < end_index and done is not None and done.time_ns < expiry:
+                if second.op.end < end_index and done is not None and (
+                        expiry == float("inf") or rules.lock_surely_held(first.op.invoke.time_ns, done.time_ns,
+                                                                         a.lock_duration_ms * 1_000_000)):
                     out.append({"type": "concurrent-acquisition", "key": k, "offset": o,
                                 "holder": first.op.process, "holder-fetch": first.op.index,
                                 "other": second.op.process, "other-fetch": second.op.index})
@@ -134,7 +132,7 @@ def redelivery_after_ack_cases(h: ShareHistory | ShareAnalysis) -> list[dict]:
     a = _analysis(h)
     out = []
     for (k, o), entries in sorted(a.acks.items()):
-        settles = [e for e in entries if _ack_ok(e) and e.ack in SETTLING]
+        settles = [e for e in entries if _ack_ok(e) and rules.settles(e.ack)]
         for e in settles:
             for acq in a.acquisitions.get((k, o), ()):
                 if _precedes(e.op, acq.op):
@@ -152,7 +150,7 @@ def delivery_count_above_limit_cases(h: ShareHistory | ShareAnalysis) -> list[di
     return [{"type": "delivery-count-above-limit", "key": k, "offset": o, "delivery-count": acq.delivery_count,
              "limit": a.delivery_limit, "fetch": acq.op.index}
             for (k, o), acqs in sorted(a.acquisitions.items()) for acq in acqs
-            if acq.delivery_count > a.delivery_limit or acq.delivery_count < 1]
+            if rules.delivery_count_problem(acq.delivery_count, a.delivery_limit) == "above-limit"]
 
 
 def _count_steps(a: ShareAnalysis) -> Iterable[tuple[Key, int, Acquisition, Acquisition]]:
@@ -172,7 +170,8 @@ def delivery_count_decrease_cases(h: ShareHistory | ShareAnalysis) -> list[dict]
     """A later delivery of a record carries a lower count than the one before it.
     (After a leader fail-over this is allowed: KIP-932 DELIVERY.002.)"""
     return [_count_map("delivery-count-decrease", k, o, p, c)
-            for k, o, p, c in _count_steps(_analysis(h)) if c.delivery_count < p.delivery_count]
+            for k, o, p, c in _count_steps(_analysis(h))
+            if rules.delivery_count_problem(c.delivery_count, float("inf"), p.delivery_count) == "decrease"]
 
 
 def delivery_count_stall_cases(h: ShareHistory | ShareAnalysis) -> list[dict]:
@@ -180,7 +179,8 @@ def delivery_count_stall_cases(h: ShareHistory | ShareAnalysis) -> list[dict]:
     acquisition was not counted. Kafka 4.1.2 does this after a share session closes
     (it decrements the count of the records the close released)."""
     return [_count_map("delivery-count-stall", k, o, p, c)
-            for k, o, p, c in _count_steps(_analysis(h)) if c.delivery_count == p.delivery_count]
+            for k, o, p, c in _count_steps(_analysis(h))
+            if rules.delivery_count_problem(c.delivery_count, float("inf"), p.delivery_count) == "stall"]
 
 
 # --------------------------------------------------------------------------- SPSO
@@ -193,7 +193,7 @@ def spso_regression_cases(h: ShareHistory | ShareAnalysis) -> list[dict]:
     for k, obs in sorted(a.spsos.items()):
         for i, (hi, first) in enumerate(obs):
             for lo, later in obs[i + 1:]:
-                if lo < hi and _precedes(first, later):
+                if rules.spso_regressed(hi, lo) and _precedes(first, later):
                     out.append({"type": "spso-regression", "key": k, "prev-spso": hi, "spso": lo,
                                 "prev-op": first.index, "op": later.index})
     return out
@@ -221,11 +221,11 @@ def _settlement(a: ShareAnalysis, rec: Offset) -> str | None:
     delivery at the limit (it is archived once that delivery ends), an unknown-outcome
     ACCEPT/REJECT (possibly). None when nothing in the history settles it."""
     entries = a.acks.get(rec, ())
-    if any(_ack_ok(e) and e.ack in SETTLING for e in entries):
+    if any(_ack_ok(e) and rules.settles(e.ack) for e in entries):
         return "acknowledged"
     if any(acq.delivery_count >= a.delivery_limit for acq in a.acquisitions.get(rec, ())):
         return "archived at the delivery limit"
-    if any(e.op.type == INFO and e.ack in SETTLING for e in entries):
+    if any(e.op.type == INFO and rules.settles(e.ack) for e in entries):
         return "acknowledgement outcome unknown"
     return None
 
@@ -364,5 +364,5 @@ def check(history: ShareHistory, allowed: Iterable[str] = (), indeterminate: Ite
                   max_examples=max_examples, stats=stats)
 
 
-__all__ = ["ANOMALIES", "DEFAULT_DELIVERY_LIMIT", "INDETERMINATE", "ShareAnalysis", "allowed_error_types",
+__all__ = ["ANOMALIES", "DEFAULT_DELIVERY_LIMIT", "INDETERMINATE", "REQUIREMENTS", "SETTLING", "ShareAnalysis", "allowed_error_types",
            "analyze", "check", *[fn.__name__ for fn in ANOMALIES.values()]]

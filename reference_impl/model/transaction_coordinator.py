@@ -108,6 +108,11 @@ class TransactionConfig:
     # COORDINATOR_LOAD_IN_PROGRESS meanwhile, as Kafka does while it loads a
     # __transaction_state partition (whose duration depends on the log's size).
     load_duration_ms: int = 500
+    # Model-only and for tests only (chaos/tests/test_broken_reference.py): a deliberately
+    # broken coordinator that, while a replica of a participant partition is down, writes
+    # an ABORT marker there for a committing transaction, so the commit lands on only
+    # some partitions (breaks KIP-98.TXN.001). Never set by any target spec.
+    broken_abort_markers_on_down_replica: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -833,8 +838,13 @@ class TransactionCoordinator:
             if state is None:
                 pending.discard(participant)  # topic deleted: Kafka drops the marker
                 continue
-            if state.leader < 0:
+            if committed and self.txn_config.broken_abort_markers_on_down_replica and (
+                    set(state.replicas) - set(self.topics.alive)):
+                control = ControlType.ABORT  # the deliberate bug (see TransactionConfig)
+            elif state.leader < 0:
                 continue  # no live leader yet: retried on a later tick
+            else:
+                control = ControlType.COMMIT if committed else ControlType.ABORT
             # A real coordinator sends WriteTxnMarkers to the partition leader; the model
             # appends the control batch to the (single-copy) partition log itself.
             try:

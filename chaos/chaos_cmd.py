@@ -1,0 +1,114 @@
+"""`kipcheck chaos`: one seeded chaos run against a target (see docs/chaos-workloads.md).
+
+Prints the seed first. Exit 0 valid, 1 a safety anomaly, 2 the run could not happen
+(bad input, target or injector not available), 3 valid "unknown" (a fault that did not
+provably bite, or committed writes left unseen: neither a pass nor an anomaly). Every
+non-zero exit prints the command that replays the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+EXIT_VALID, EXIT_ANOMALY, EXIT_COULD_NOT_RUN, EXIT_UNKNOWN = 0, 1, 2, 3
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", default="reference:nodes=3", help="target spec (default: reference:nodes=3)")
+    p.add_argument("--workload", default="copier", help="queue | copier | share (default: copier)")
+    p.add_argument("--nemesis", default="kill", metavar="N[,N...]",
+                   help="faults, e.g. kill, kill:minority, kill:txn-coordinator; none = calm run")
+    p.add_argument("--seed", type=int, default=None, help="seed of the schedule and the clients (default: random)")
+    p.add_argument("--time-limit", type=float, default=30.0, metavar="SECONDS",
+                   help="how long clients and faults run before the final heal (default: 30)")
+    p.add_argument("--out", default=None, help="output directory (default: chaos-out/SEED)")
+    p.add_argument("--copier-client", default="confluent",
+                   help="copier only: confluent (TV1) | reference-tv1 | reference-tv2")
+
+
+def replay_command(args: argparse.Namespace, seed: int, out: Path) -> str:
+    parts = ["kipcheck", "chaos", "--target", args.target, "--workload", args.workload, "--nemesis",
+             args.nemesis, "--seed", str(seed), "--time-limit", f"{args.time_limit:g}", "--out", str(out)]
+    if args.workload == "copier" and args.copier_client != "confluent":
+        parts += ["--copier-client", args.copier_client]
+    return shlex.join(parts)
+
+
+class UsageError(ValueError):
+    """Bad input: one line on stderr, exit 2 (printed here, so that it holds however the
+    CLI module was loaded)."""
+
+
+def _validate(args: argparse.Namespace) -> dict:
+    """Raise UsageError for bad input before anything starts; the workload options."""
+    from chaos.nemesis.registry import known_kinds
+    from chaos.schedule import parse_faults
+    from chaos.workloads import WORKLOADS
+    from fixtures.target import parse_target_spec
+
+    try:
+        parse_target_spec(args.target)
+        specs = parse_faults(args.nemesis)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    unknown = sorted({s.kind for s in specs} - set(known_kinds()))
+    if unknown:
+        raise UsageError(f"no injector for fault kind(s) {', '.join(unknown)}; known: {', '.join(known_kinds())}")
+    if args.workload not in WORKLOADS:
+        raise UsageError(f"unknown workload {args.workload!r}; expected one of {', '.join(WORKLOADS)}")
+    if args.workload == "share":
+        raise UsageError("the share workload is not available yet; use queue or copier")
+    if not 0 < args.time_limit <= 3600:
+        raise UsageError("--time-limit must be in (0, 3600] seconds")
+    if args.workload == "copier":
+        from chaos.workloads.copier import CLIENTS
+        if args.copier_client not in CLIENTS:
+            raise UsageError(f"--copier-client must be one of {', '.join(CLIENTS)}")
+        return {"client": args.copier_client}
+    return {}
+
+
+def run(args: argparse.Namespace) -> int:
+    import random
+
+    from chaos.runner import CouldNotRun, RunConfig
+    from chaos.runner import run as run_chaos
+
+    try:
+        options = _validate(args)
+    except UsageError as exc:
+        print(f"kipcheck: error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_COULD_NOT_RUN
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
+    out = Path(args.out) if args.out else Path("chaos-out") / str(seed)
+    print(f"seed={seed}", flush=True)
+    replay = replay_command(args, seed, out)
+    cfg = RunConfig(target=args.target, workload=args.workload, faults=args.nemesis, seed=seed,
+                    time_limit_s=args.time_limit, out=out, workload_options=options)
+    try:
+        res = run_chaos(cfg, log=lambda m: print(m, flush=True))
+    except (CouldNotRun, Exception) as exc:  # noqa: BLE001 - any failure to run is exit 2, one line
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"kipcheck: error: chaos run could not happen: {why}", file=sys.stderr, flush=True)
+        print(f"replay: {replay}", flush=True)
+        return EXIT_COULD_NOT_RUN
+    print(f"ops={res.ops} faults={len(res.faults)} out={out}")
+    for a in res.check["anomalies"]:
+        print(f"anomaly: {a['type']} x{a['count']} ({a['checker']}) violates {', '.join(a['requirements'])}")
+    for a in res.check["liveness"]:
+        print(f"liveness: {a['type']} x{a['count']} (not a safety violation)")
+    if res.valid is True:
+        print("valid=true")
+        return EXIT_VALID
+    if res.valid is False:
+        print("valid=false")
+        print(f"replay: {replay}", flush=True)
+        return EXIT_ANOMALY
+    print("valid=unknown")
+    for why in res.check.get("unknown_because", []):
+        print(f"unknown because: {why}")
+    print(f"replay: {replay}", flush=True)
+    return EXIT_UNKNOWN

@@ -1,0 +1,74 @@
+"""chaos.runner.verdict and the pieces around it, without a target: a fault that did not
+bite makes the run unknown, never valid; unseen writes are liveness, reported apart;
+anomalies name catalog requirements; report.html is self-contained."""
+
+from pathlib import Path
+
+import yaml
+
+from chaos.checkers.kafka_queue import check
+from chaos.checkers.requirements import REQUIREMENTS
+from chaos.checkers.result import compose
+from chaos.history import HistoryBuilder, poll, send
+from chaos.report import render
+from chaos.runner import verdict
+
+REPO = Path(__file__).resolve().parents[2]
+GOOD_FAULT = {"fault": "kill", "nodes": [1], "effective": True, "evidence": "refused", "error": None}
+
+
+def _clean():
+    b = HistoryBuilder()
+    b.ok(0, send("k", 1, offset=0))
+    b.ok(1, poll({"k": [(0, 1)]}), f="poll")
+    return b.build()
+
+
+def test_effective_fault_clean_history_is_valid():
+    assert verdict(compose({"q": check(_clean())}), [GOOD_FAULT], calm=False)["valid"] is True
+
+
+def test_ineffective_or_unknown_fault_is_unknown_never_true():
+    for eff in (False, None):
+        v = verdict(compose({"q": check(_clean())}), [{**GOOD_FAULT, "effective": eff}], calm=False)
+        assert v["valid"] == "unknown" and v["unknown_because"]
+
+
+def test_chaos_run_without_any_fault_is_unknown_but_calm_run_is_valid():
+    assert verdict(compose({"q": check(_clean())}), [], calm=False)["valid"] == "unknown"
+    assert verdict(compose({"q": check(_clean())}), [], calm=True)["valid"] is True
+
+
+def test_unseen_is_liveness_and_lost_write_is_safety_with_requirements():
+    b = HistoryBuilder()
+    b.ok(0, send("k", 1, offset=0))
+    b.ok(0, send("k", 2, offset=1))
+    b.ok(1, poll({"k": [(0, 1)]}), f="poll")
+    v = verdict(compose({"q": check(b.build())}), [GOOD_FAULT], calm=False)
+    assert v["valid"] == "unknown" and not v["anomalies"]
+    assert [a["type"] for a in v["liveness"]] == ["unseen"]
+    b.ok(1, poll({"k": [(2, 3)]}), f="poll")  # a read past offset 1: the unseen write is lost
+    b.ok(2, send("k", 3, offset=2))
+    v = verdict(compose({"q": check(b.build())}), [GOOD_FAULT], calm=False)
+    assert v["valid"] is False
+    lost = next(a for a in v["anomalies"] if a["type"] == "lost-write")
+    assert "KIP-98.TXN.001" in lost["requirements"]
+
+
+def test_every_requirement_id_is_in_the_catalog():
+    ids = set()
+    for f in (REPO / "conformance" / "catalog").glob("*.yaml"):
+        data = yaml.safe_load(f.read_text())
+        ids |= {r["id"] for r in (data.get("requirements", data) if isinstance(data, dict) else data)}
+    missing = {t: r for t, reqs in REQUIREMENTS.items() for r in reqs if r not in ids}
+    assert not missing
+    from chaos.checkers.kafka_queue import ANOMALIES
+    assert set(ANOMALIES) <= set(REQUIREMENTS)
+
+
+def test_report_is_self_contained_svg():
+    h = _clean()
+    res = verdict(compose({"q": check(h)}), [GOOD_FAULT], calm=False)
+    page = render(h, {**res["checkers"], **res}, [GOOD_FAULT], {"seed": 1})
+    assert page.count("<svg") == 2 and "<script" not in page and "http" not in page.replace(
+        'xmlns="http://www.w3.org/2000/svg"', "")

@@ -1,0 +1,23 @@
+"""Chaos workloads: seeded clients that record an operation history through the client seam.
+
+A workload has ``setup(target, recorder)`` (topics, input), ``run(stop)`` (client threads
+until ``stop`` is set or the op budget is spent), ``catch_up()`` (final reads after the
+last heal) and ``check(history)`` (its checkers under its policy).
+"""
+
+from __future__ import annotations
+
+WORKLOADS = ("queue", "copier", "share")
+
+
+def make_workload(name: str, seed: int, **options):
+    """The workload called ``name`` (ValueError for an unknown one)."""
+    if name == "queue":
+        from chaos.workloads.queue import QueueWorkload
+        return QueueWorkload(seed, **options)
+    if name == "copier":
+        from chaos.workloads.copier import CopierWorkload
+        return CopierWorkload(seed, **options)
+    if name == "share":
+        raise NotImplementedError("the share-group workload is not built yet")
+    raise ValueError(f"unknown workload {name!r}; expected one of {', '.join(WORKLOADS)}")

@@ -1,0 +1,215 @@
+"""The exactly-once copier under faults (conformance/eos_copier.py, KIP-98 / KIP-447).
+
+A feeder thread appends unique values to input topic A (idempotent sends, process
+``feeder``); the copier (a subprocess) copies A to B in transactions that commit its
+group's offsets, and is restarted with the same transactional id whenever it exits
+(a client error under a fault is a crash: the new incarnation fences the old one and
+resumes from the stable committed offsets). ``catch_up`` lets one last incarnation copy
+A to its end, then reads A and B from the start at read_committed. Client ``confluent``
+speaks transaction protocol v1; ``reference-tv2`` is the reference producer at TV2
+(KIP-890).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from chaos.checkers.kafka_queue import EXACTLY_ONCE, check
+from chaos.checkers.result import compose
+from chaos.client.outcomes import OK, classify
+from chaos.history import History
+from chaos.client import config as _config
+from chaos.recorder import Recorder, read_jsonl
+
+REPO = Path(__file__).resolve().parents[2]
+CLIENTS = {"confluent": ("confluent", "auto"), "reference-tv2": ("reference", "2"),
+           "reference-tv1": ("reference", "1")}
+
+
+class CopierWorkload:
+    name = "copier"
+
+    def __init__(self, seed: int, partitions: int = 3, feed_rate: float = 40.0, max_records: int = 600,
+                 client: str = "confluent", workdir: Path | None = None) -> None:
+        if client not in CLIENTS:
+            raise ValueError(f"copier client must be one of {', '.join(CLIENTS)}, got {client!r}")
+        self.seed, self.partitions, self.feed_rate = seed, partitions, feed_rate
+        self.max_records, self.client = max_records, client
+        tag = f"{seed}-{random.Random(seed).randrange(1 << 30):x}"
+        self.input, self.output = f"chaos-copier-a-{tag}", f"chaos-copier-b-{tag}"
+        self.group, self.tid = f"chaos-copier-g-{tag}", f"chaos-copier-t-{tag}"
+        self.workdir = workdir
+        self.incarnations = 0
+        self.target: Any = None
+        self.rec: Recorder | None = None
+        self._values = itertools.count(1)
+
+    def setup(self, target: Any, recorder: Recorder) -> None:
+        from conformance import client_ops
+        self.target, self.rec = target, recorder
+        if self.workdir is None:
+            import tempfile
+            self.workdir = Path(tempfile.mkdtemp(prefix="kipcheck-copier-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.copier_history = self.workdir / "copier-history.jsonl"
+        client_ops.create_topic(target, self.input, partitions=self.partitions)
+        client_ops.create_topic(target, self.output, partitions=self.partitions)
+
+    # ------------------------------------------------------------------ run
+
+    def run(self, stop: threading.Event) -> None:
+        feeder = threading.Thread(target=self._feed, args=(stop,), name="copier-feeder", daemon=True)
+        feeder.start()
+        try:
+            while not stop.is_set():
+                self._incarnation(stop, idle_exit_s=3600.0)
+        finally:
+            feeder.join()
+
+    def _feed(self, stop: threading.Event) -> None:
+        """Idempotent sends of unique values to A, one op per record, at ``feed_rate``/s."""
+        from confluent_kafka import Producer
+        from conformance import client_ops
+        rng = random.Random(self.seed)
+        producer = Producer(_config(self.target, {"enable.idempotence": True,
+                                                               "message.timeout.ms": 8000}))
+        try:
+            for n in range(self.max_records):
+                if stop.is_set():
+                    break
+                p = rng.randrange(self.partitions)
+                v = f"v{n}"
+                inv = self.rec.invoke("feeder", "send", [["send", f"{self.input}-{p}", v]])
+                got: list = []
+                producer.produce(self.input, value=v.encode(), partition=p,
+                                 on_delivery=lambda err, msg: got.append((err, msg.offset())))
+                producer.flush(10)
+                if got and got[0][0] is None:
+                    self.rec.complete(inv, OK, [["send", f"{self.input}-{p}", [got[0][1], v]]])
+                else:
+                    out = classify("produce", got[0][0] if got else TimeoutError("undelivered"))
+                    self.rec.complete(inv, out.type, error=f"{out.error}: {out.reason}")
+                    producer = Producer(_config(self.target, {"enable.idempotence": True,
+                                                                           "message.timeout.ms": 8000}))
+                stop.wait(1.0 / self.feed_rate)
+        finally:
+            producer.flush(5)
+
+    def _incarnation(self, stop: threading.Event | None, idle_exit_s: float, timeout_s: float = 120.0) -> int:
+        """Run one copier incarnation until it exits (or ``stop``); complete what it left open."""
+        self.incarnations += 1
+        process = f"copier-{self.incarnations}"
+        client, tv = CLIENTS[self.client]
+        extra = [f"--config={k}={v}" for k, v in self.target.client_config().items() if k != "bootstrap.servers"]
+        cmd = [sys.executable, "-m", "conformance.eos_copier", "--bootstrap", self.target.bootstrap_servers,
+               "--input", self.input, "--output", self.output, "--group", self.group,
+               "--transactional-id", self.tid, "--history", str(self.copier_history), "--process", process,
+               "--client", client, "--transaction-version", tv, "--max-batch", "10",
+               "--txn-pause-ms", "10", "--idle-exit-s", str(idle_exit_s),
+               "--transaction-timeout-ms", "10000", *extra]
+        err = (self.workdir / f"{process}.stderr").open("w")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=err, stderr=err, env=env)
+        deadline = time.monotonic() + timeout_s
+        try:
+            while proc.poll() is None:
+                if (stop is not None and stop.is_set()) or time.monotonic() > deadline:
+                    proc.kill()
+                    break
+                time.sleep(0.1)
+            rc = proc.wait(30)
+        finally:
+            err.close()
+        self._close_process(process, "killed at the end of the run" if rc < 0 else f"exit {rc}")
+        return rc
+
+    def _close_process(self, process: str, why: str) -> None:
+        """A copier that died leaves its txn open: complete it as info, then record the crash."""
+        ops = [op for op in read_jsonl(self.copier_history) if op["process"] == process]
+        if ops and ops[-1]["type"] == "invoke":
+            ops.append({**ops[-1], "time_ns": time.time_ns(), "type": "info", "error": why})
+        ops.append({"time_ns": time.time_ns(), "process": process, "type": "invoke", "f": "crash", "value": None})
+        ops.append({"time_ns": time.time_ns(), "process": process, "type": "info", "f": "crash",
+                    "value": None, "error": why})
+        self.rec.extend(ops)
+
+    # ------------------------------------------------------------------ catch-up
+
+    def catch_up(self, timeout_s: float = 120.0) -> None:
+        """A last incarnation copies A to its end (exit 0), then A and B are read whole."""
+        for _ in range(5):
+            if self._incarnation(None, idle_exit_s=1.5, timeout_s=timeout_s) == 0:
+                break
+        self._final_read(self.input)
+        self._final_read(self.output)
+
+    def _final_read(self, topic: str, timeout_s: float = 60.0) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+        from conformance import client_ops
+        c = Consumer(_config(self.target, {"group.id": f"{self.group}-final", "enable.auto.commit": False,
+                                                       "isolation.level": "read_committed"}))
+        keys = [f"{topic}-{p}" for p in range(self.partitions)]
+        self.rec.pair("final", "assign", keys)
+        inv = self.rec.invoke("final", "poll", [["poll"]])
+        reads: dict[str, list] = {k: [] for k in keys}
+        try:
+            c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(self.partitions)])
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                for m in c.consume(num_messages=500, timeout=0.5):
+                    if not m.error():
+                        reads[f"{topic}-{m.partition()}"].append([m.offset(), m.value().decode()])
+                if _caught_up(c, topic, self.partitions):
+                    break
+        finally:
+            c.close()
+        self.rec.complete(inv, OK, [["poll", reads]])
+
+    # ------------------------------------------------------------------ check
+
+    def check(self, history: History) -> dict:
+        from chaos.checkers import fencing
+        incarnations = {self.tid: [f"copier-{k}" for k in range(1, self.incarnations + 1)]}
+        return compose({"attempts": check(history, allowed=EXACTLY_ONCE),
+                        "input-identity": check(input_identity(history, self.output), allowed=EXACTLY_ONCE),
+                        "fencing": fencing.check(history, incarnations)})
+
+
+def _caught_up(consumer: Any, topic: str, partitions: int) -> bool:
+    from confluent_kafka import TopicPartition
+    for tp in consumer.position([TopicPartition(topic, p) for p in range(partitions)]):
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=5)
+        if high > 0 and tp.offset < high:
+            return False
+    return True
+
+
+def input_identity(history: History, output: str) -> History:
+    """The history by input identity: a copied value loses its ``|<attempt>`` tag and the
+    copier's own sends are dropped, so one input record copied twice into B is one value
+    at two offsets of B (the checker's ``duplicate``, KIP-98.EOS.001)."""
+    prefix = f"{output}-"
+
+    def project(value: Any) -> Any:
+        if not isinstance(value, list):
+            return value
+        out = []
+        for m in value:
+            if m[0] == "send" and m[1].startswith(prefix):
+                continue
+            if m[0] == "poll" and len(m) > 1:
+                m = ["poll", {k: [[o, str(v).split("|", 1)[0]] for o, v in pairs] if k.startswith(prefix) else pairs
+                              for k, pairs in m[1].items()}]
+            out.append(m)
+        return out
+
+    return History.from_list([{**op.to_dict(), "value": project(op.value) if op.f in ("txn", "poll", "send")
+                               else op.value} for op in history]).validate()
