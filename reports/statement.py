@@ -67,8 +67,8 @@ def client_versions() -> dict[str, str | None]:
     try:
         import confluent_kafka
 
-        out["confluent_kafka"] = confluent_kafka.version()[0]
-        out["librdkafka"] = confluent_kafka.libversion()[0]
+        out["confluent_kafka"] = _first(confluent_kafka.version())
+        out["librdkafka"] = _first(confluent_kafka.libversion())
     except Exception:  # noqa: BLE001 - not installed or no shared library
         pass
     try:
@@ -78,6 +78,11 @@ def client_versions() -> dict[str, str | None]:
     except Exception:  # noqa: BLE001
         pass
     return out
+
+
+def _first(v: Any) -> str:
+    """confluent_kafka.version()/libversion() give (text, int); some builds give the text."""
+    return str(v[0]) if isinstance(v, (tuple, list)) else str(v)
 
 
 def target_facts(spec: str, run_targets: Any, described: Mapping[str, Any]) -> dict[str, Any]:
