@@ -456,7 +456,14 @@ def _deviation_label(pt: Mapping[str, Any]) -> str:
     return f' <span class="devnote">({"; ".join(parts)})</span>'
 
 
-def _verdict_cell(pt: Mapping[str, Any]) -> str:
+def ev_anchor(nodeid: str, target: str) -> str:
+    """The fragment id of a test result's evidence card."""
+    import hashlib
+
+    return "ev-" + hashlib.sha1(f"{target}\0{nodeid}".encode()).hexdigest()[:12]
+
+
+def _verdict_cell(pt: Mapping[str, Any], spec: str = "") -> str:
     v = pt["verdict"]
     tests = pt.get("tests") or []
 
@@ -468,17 +475,16 @@ def _verdict_cell(pt: Mapping[str, Any]) -> str:
             return f" ({_dev_link(dv['id'])} did not occur)"
         return ""
 
+    # A test's reason is printed once, in its evidence card; here a link leads to it.
     items = "".join(
         f"<li>{_badge(t['verdict'])}{test_dev(t)} <code>{e(t['nodeid'])}</code>"
-        + (f" — {e(t['reason'])}" if t.get("reason") else "")
+        + (f' <a href="#{ev_anchor(t["nodeid"], spec)}">evidence</a>' if t["verdict"] != "pass" and spec else "")
         + "</li>"
         for t in tests
     )
-    detail = f'<div class="why">{e(pt.get("reason"))}</div>'
-    if items:
-        detail += f'<ul class="tests">{items}</ul>'
+    detail = f'<ul class="tests">{items}</ul>' if items else f'<div class="why">{e(pt.get("reason"))}</div>'
     return (
-        f'<td class="vcell"><details><summary>{_badge(v, pt.get("reason"))}{_deviation_label(pt)}</summary>'
+        f'<td class="vcell"><details><summary>{_badge(v)}{_deviation_label(pt)}</summary>'
         f"{detail}</details></td>"
     )
 
@@ -513,7 +519,7 @@ def _requirements(report: Mapping[str, Any], specs: list[str]) -> str:
             f'<td><code>{e(r["id"])}</code></td>'
             f'<td><span class="level">{e(r.get("level") or "")}</span></td>'
             f'<td class="behaviour">{e(r.get("behaviour"))}{section}</td>'
-            + "".join(_verdict_cell(r["per_target"][s]) for s in specs)
+            + "".join(_verdict_cell(r["per_target"][s], s) for s in specs)
             + f"<td>{tests_html}</td></tr>"
         )
     toolbar = (
@@ -592,7 +598,8 @@ def _evidence_card(item: Mapping[str, Any]) -> str:
                            f'<pre class="ev">{e(chr(10).join(ev["log_tail"]))}</pre>'))
     if item.get("allure"):
         parts.append(f'<div class="muted">allure result: <a href="{e(item["allure"])}">{e(item["allure"])}</a></div>')
-    return f'<div class="card {_cls(label.replace(" ", "-"))}-card">{"".join(parts)}</div>'
+    return (f'<div class="card {_cls(label.replace(" ", "-"))}-card" id="{ev_anchor(item["nodeid"], item["target"])}">'
+            f'{"".join(parts)}</div>')
 
 
 def _timeline(report: Mapping[str, Any]) -> str:
