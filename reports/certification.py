@@ -764,6 +764,11 @@ def build_report(
         info = results.targets.get(spec, {})
         desc = dict(info.get("describe") or {})
         caps = dict(info.get("capabilities") or {})
+        recorded = _run_target(results.run, spec)  # what the run side asked the cluster
+        for key, src in (("cluster_id", "cluster_id"), ("bootstrap", "bootstrap"), ("version", "broker_version"),
+                         ("security_protocol", "security_protocol"), ("finalized_features", "finalized_features")):
+            if desc.get(key) in (None, {}, "") and recorded.get(src) not in (None, {}, ""):
+                desc[key] = recorded[src]
         trows = [r for r in rows if r["target"] == spec]
         first = trows[0] if trows else {}
         counts = Counter(r["verdict"] for r in trows)
@@ -893,6 +898,12 @@ def build_report(
         "uncatalogued_requirements": sorted(uncatalogued),
         "problems": problems,
     }
+
+
+def _run_target(run: Mapping[str, Any], spec: str) -> Mapping[str, Any]:
+    targets = run.get("targets")
+    rec = targets.get(spec) if isinstance(targets, Mapping) else None
+    return rec if isinstance(rec, Mapping) else {}
 
 
 def _cell(counts: Mapping[str, int], result: str, narrowed: bool) -> dict[str, Any]:

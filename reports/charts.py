@@ -106,7 +106,9 @@ def timeline(tl: Mapping[str, Any]) -> str:
         anchor = "start" if j == 0 else "end" if j == 5 else "middle"
         out.append(f'<line x1="{x:.1f}" y1="{axis_y}" x2="{x:.1f}" y2="{axis_y + 4}" stroke="#57606a"/>'
                    f'<text x="{x:.1f}" y="{axis_y + 16}" font-size="11" text-anchor="{anchor}" {FONT} '
-                   f'fill="#57606a">{t:.0f} s</text>')
+                   f'fill="#57606a">{t:.0f} s</text>' if span >= 10 else
+                   f'<text x="{x:.1f}" y="{axis_y + 16}" font-size="11" text-anchor="{anchor}" {FONT} '
+                   f'fill="#57606a">{t:.1f} s</text>')
     out.append(legend([("pass", TEST_FILL["pass"]), ("fail / error", TEST_FILL["fail"]),
                        ("not supported", TEST_FILL["not_supported"]), ("skipped", TEST_FILL["skipped"])],
                       axis_y + 26))

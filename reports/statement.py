@@ -117,7 +117,8 @@ def build_statement(
     commit = commit or kipcheck_commit()
     clients_rec = run.get("clients") if isinstance(run.get("clients"), Mapping) else None
     clients = dict(clients_rec) if clients_rec else client_versions()
-    in_scope = [k["kip"] for k in kips_out if any(c["verdict"] not in ("out of scope", "untested")
+    tested = ("pass", "fail", "not_supported", "incomplete")
+    in_scope = [k["kip"] for k in kips_out if any(sum(c.get(v, 0) for v in tested)
                                                     for c in k["per_target"].values())]
     scope = run.get("scope") if isinstance(run.get("scope"), Mapping) else {}
     exclusions = []
