@@ -550,7 +550,8 @@ def _evidence(report: Mapping[str, Any]) -> str:
     items = report.get("non_passing") or []
     out = ['<h2 id="evidence">Evidence of every non-passing test</h2>']
     if not items:
-        return out[0] + '<p class="note">Every test that ran passed.</p>'
+        ran = report["summary"]["tests_total"] + (report.get("self_checks") or {}).get("tests_total", 0)
+        return out[0] + ('<p class="note">Every test that ran passed.</p>' if ran else '<p class="note">No test ran.</p>')
     failing = [i for i in items if i["verdict"] in ("fail", "error")]
     rest = [i for i in items if i["verdict"] not in ("fail", "error")]
     out.append('<p class="note">For each test that did not pass: how its requirements are tested (the catalog '
