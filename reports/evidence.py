@@ -130,24 +130,26 @@ def non_passing(rows: list[Mapping[str, Any]], req_index: Mapping[str, Mapping[s
 
 def timeline(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
     """When each test ran: lanes (worker or thread) of [start, duration] bars, seconds from
-    the run's first start. Source: the rows' start/stop, else allure's, else each worker's
-    rows laid end to end in file order (the order that worker ran them)."""
-    bars = []
-    source = "rows"
+    the run's first start. Source: the rows' start/stop, else allure's; rows with neither
+    are left out (counted in `untimed`). With no times at all, each worker's rows are laid
+    end to end in file order (the order that worker ran them)."""
+    bars, untimed, sources = [], 0, set()
     for r in rows:
-        start = r.get("start")
-        stop = r.get("stop")
+        start, stop, source = r.get("start"), r.get("stop"), "rows"
         if start is None and r.get("allure") and r["allure"].get("start") is not None:
-            start, stop = r["allure"]["start"] / 1000.0, (r["allure"].get("stop") or r["allure"]["start"]) / 1000.0
+            start = r["allure"]["start"] / 1000.0
+            stop = (r["allure"].get("stop") or r["allure"]["start"]) / 1000.0
             source = "allure"
         if start is None:
-            bars = []
-            break
+            untimed += 1
+            continue
+        sources.add(source)
         lane = r.get("worker") or (r.get("allure") or {}).get("lane") or "main"
         bars.append({"lane": str(lane), "start": float(start), "duration": max(float(stop or start) - float(start), 0.0),
                      "verdict": r["verdict"], "test": r["test"], "target": r["target"]})
+    source = "allure" if sources == {"allure"} else "rows" if sources else None
     if not bars and rows:
-        source = "sequential"
+        source, untimed = "sequential", 0
         clock: dict[str, float] = {}
         for r in rows:
             lane = str(r.get("worker") or "main")
@@ -161,4 +163,4 @@ def timeline(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
             b["start"] = round(b["start"] - t0, 3)
             b["duration"] = round(b["duration"], 3)
     lanes = sorted({b["lane"] for b in bars})
-    return {"source": source if bars else None, "lanes": lanes, "bars": bars}
+    return {"source": source if bars else None, "lanes": lanes, "bars": bars, "untimed": untimed}

@@ -613,6 +613,8 @@ def _timeline(report: Mapping[str, Any]) -> str:
         "allure": "start/stop times from the allure result files",
         "sequential": "no start times recorded: each worker's tests laid end to end in the order it ran them",
     }.get(tl.get("source"), "")
+    if tl.get("untimed"):
+        source += f"; {tl['untimed']} result(s) without times are not drawn"
     return (f'<h2 id="timeline">Timeline</h2><p class="note">One lane per worker; one bar per test, coloured by '
             f"its verdict ({e(source)}). Hover a bar for the test.</p>"
             f'<div class="chartbox" id="chart-timeline">{svg}</div>')

@@ -177,8 +177,10 @@ def test_allure_link_by_uuid_and_by_name(tmp_path, catalog):
 def test_timeline_uses_row_times_and_lanes(tmp_path, catalog):
     rep = build(syn.passing(tmp_path / "out"), catalog)
     tl = rep["timeline"]
-    assert tl["source"] == "rows" or tl["source"] == "sequential"
-    assert set(tl["lanes"]) >= {"gw0", "gw1"}
+    assert tl["source"] == "rows" and tl["untimed"] == 1  # the self-check row has no times
+    assert tl["lanes"] == ["gw0", "gw1"]
+    first = min(tl["bars"], key=lambda b: b["start"])
+    assert first["start"] == 0.0 and first["test"] == "test_abort_invisible"
     legacy = build(syn.write_results(tmp_path / "o2", [dict(r, start=None, stop=None) for r in syn.PASSING_ROWS],
                                      None), catalog)
     assert legacy["timeline"]["source"] == "sequential"
