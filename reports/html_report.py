@@ -352,7 +352,8 @@ def _matrix(report: Mapping[str, Any]) -> str:
             c = k["per_target"][s]
             counts = "".join(
                 f"<span>{c[key]} {label}</span>" for key, label in CELL_COUNTS
-                if c.get(key) or key not in ("incomplete", OUT_OF_SCOPE)
+                if c.get(key) or key in ("pass", "fail", "not_supported")
+                or (key == "untested" and not c.get(OUT_OF_SCOPE))
             )
             title = ", ".join(f"{c.get(key, 0)} {label}" for key, label in CELL_COUNTS)
             total = sum(c.get(v, 0) for v in (*REQ_VERDICTS, OUT_OF_SCOPE))
