@@ -19,6 +19,7 @@ passed; "not supported by target" and skipped tests are never counted as passes.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import platform
 import re
@@ -28,15 +29,22 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from reports import outcome as _outcome
+from reports.evidence import clean_evidence, link_allure, non_passing, read_allure, timeline
+from reports.statement import build_statement
+
 SCHEMA = "kipcheck-certification-report"
-SCHEMA_VERSION = 2  # 2: top-level "deviations"; per-target "known_deviations"; tests[].deviation
+SCHEMA_VERSION = 3  # 3: statement, self_checks, non_passing, timeline; outcome rules (reports/outcome.py)
 
 # Test-level verdicts written by the conformance plugin.
 TEST_VERDICTS = ("pass", "fail", "error", "not_supported", "skipped")
 # Requirement-level verdicts (per requirement, per target).
 REQ_VERDICTS = ("pass", "fail", "not_supported", "incomplete", "untested")
+# On a narrowed run a requirement no selected test covers is out of scope, not untested.
+OUT_OF_SCOPE = "out_of_scope"
 # KIP-level verdict words (per KIP row, per target column of the matrix).
-KIP_VERDICTS = ("compliant", "non-compliant", "partial", "not supported", "untested")
+KIP_VERDICTS = ("compliant", "non-compliant", "partial", "not supported", "untested", "out of scope",
+                "incomplete", "not run")
 
 # Top-level keys of report.json; tests pin this set so schema changes are deliberate.
 REPORT_KEYS = (
@@ -46,10 +54,14 @@ REPORT_KEYS = (
     "kipcheck_version",
     "host",
     "run",
+    "statement",
     "targets",
     "summary",
     "kips",
     "requirements",
+    "non_passing",
+    "self_checks",
+    "timeline",
     "divergences",
     "deviations",
     "tests_without_requirements",
@@ -405,6 +417,8 @@ def read_results(results_dir: str | Path) -> Results:
                     problems.append(f"{f.name}:{n}: unreadable result row ({exc.msg})")
                     continue
                 if isinstance(row, dict) and "verdict" in row:
+                    # Each worker appends its rows in the order it ran them (timeline fallback).
+                    row.setdefault("worker", f.stem.removeprefix("results-"))
                     rows.append(row)
                 else:
                     problems.append(f"{f.name}:{n}: not a result row")
@@ -442,10 +456,11 @@ def _read_run_metadata(d: Path, problems: list[str]) -> dict[str, Any]:
                 run[dst] = s[src]
         if isinstance(s.get("args"), list):
             run.setdefault("pytest_args", s["args"])
-    for cand in (d / "run.json", d.parent / "run.json"):
+    # OUT/run.json: certify's command record; OUT/results/run.json: the run side's
+    # completeness record (schema 1), which wins where both say something.
+    for cand in (d.parent / "run.json", d / "run.json"):
         if cand.is_file():
             run.update(_read_json(cand, problems, "run metadata"))
-            break
     if run.get("wall_time_s") is None and run.get("started_at") and run.get("finished_at"):
         try:
             t0 = _dt.datetime.fromisoformat(str(run["started_at"]))
@@ -570,7 +585,21 @@ def _clean_row(row: Mapping[str, Any]) -> dict[str, Any]:
         "duration_s": duration,
         "divergences": [d for d in (row.get("divergences") or []) if isinstance(d, Mapping)],
         "deviation": deviation_of(verdict, str(reason)),
+        "timed_out": bool(row.get("timed_out")),
+        "deadline_s": row.get("deadline_s"),
+        "evidence": clean_evidence(row.get("evidence")),
+        "allure_uuid": row.get("allure_uuid"),
+        "worker": row.get("worker"),
+        "start": _num(row.get("start")),
+        "stop": _num(row.get("stop")),
     }
+
+
+def _num(v: Any) -> float | None:
+    try:
+        return None if v is None else float(v)
+    except (TypeError, ValueError):
+        return None
 
 
 def build_report(
@@ -580,6 +609,8 @@ def build_report(
     target_order: list[str] | None = None,
     expected_kips: Iterable[str] = (),
     deviations: list[dict[str, Any]] | None = None,
+    allure: Mapping[str, Mapping[str, Any]] | None = None,
+    catalog_path: str | Path | None = None,
 ) -> dict[str, Any]:
     """The report model (a plain dict; see docs/report.md)."""
     problems = list(results.problems)
@@ -599,16 +630,23 @@ def build_report(
     for raw in results.rows:
         row = _clean_row(raw)
         dedup[(row["nodeid"], row["target"])] = row
-    rows = list(dedup.values())
+    all_rows = list(dedup.values())
+    link_allure(all_rows, allure or {})
+    # Self-checks (tests that use no target: model and reference-vs-reference checks) are
+    # reported apart; they are no cluster and never a matrix column.
+    self_rows = [r for r in all_rows if r["target"] == NO_TARGET]
+    rows = [r for r in all_rows if r["target"] != NO_TARGET]
+    decided = _outcome.decide(results.run, all_rows)
+    result, narrowed = decided["result"], decided["completeness"]["narrowed"]
 
     # Targets: the requested ones (in order), then any other seen in rows. A target that
     # is only described (e.g. the reference started as differential oracle) is not a column.
     specs: list[str] = []
     for s in list(target_order or results.run.get("targets") or []) + [r["target"] for r in rows]:
-        if s not in specs:
+        if s not in specs and s != NO_TARGET:
             specs.append(s)
     if not specs:
-        specs = list(results.targets)
+        specs = [s for s in results.targets if s != NO_TARGET]
 
     # Catalog index.
     kips = [dict(d) for d in catalog]
@@ -659,6 +697,8 @@ def build_report(
             for spec in specs:
                 tests = sorted(cover.get(rid, {}).get(spec, []), key=lambda t: t["nodeid"])
                 verdict, reason = requirement_verdict(tests)
+                if verdict == "untested" and narrowed and not tests:
+                    verdict, reason = OUT_OF_SCOPE, "no test covering this requirement was selected in this run"
                 known = []
                 for t in tests:
                     dv = t["deviation"]
@@ -670,7 +710,7 @@ def build_report(
                     "known_deviations": known,
                     "tests": [
                         {"nodeid": t["nodeid"], "verdict": t["verdict"], "reason": t["reason"],
-                         "duration_s": t["duration_s"], "deviation": t["deviation"]}
+                         "duration_s": t["duration_s"], "deviation": t["deviation"], "timed_out": t["timed_out"]}
                         for t in tests
                     ],
                 }
@@ -699,11 +739,11 @@ def build_report(
     for d in kips:
         ids = [r["id"] for r in d["requirements"]]
         per_target = {}
+        must = {}
+        must_ids = [i for i in ids if str(by_id[i].get("level") or "").lower() == "must"]
         for spec in specs:
-            counts = Counter(by_id[i]["per_target"][spec]["verdict"] for i in ids)
-            cell = {v: counts.get(v, 0) for v in REQ_VERDICTS}
-            cell["verdict"] = kip_verdict(cell)
-            per_target[spec] = cell
+            per_target[spec] = _cell(Counter(by_id[i]["per_target"][spec]["verdict"] for i in ids), result, narrowed)
+            must[spec] = _cell(Counter(by_id[i]["per_target"][spec]["verdict"] for i in must_ids), result, narrowed)
         kips_out.append(
             {
                 "kip": d["kip"],
@@ -712,7 +752,9 @@ def build_report(
                 "seed": d.get("seed"),
                 "requirements": ids,
                 "untested": [i for i in ids if not by_id[i]["tested"]],
+                "must_total": len(must_ids),
                 "per_target": per_target,
+                "must": must,
             }
         )
 
@@ -722,6 +764,11 @@ def build_report(
         info = results.targets.get(spec, {})
         desc = dict(info.get("describe") or {})
         caps = dict(info.get("capabilities") or {})
+        recorded = _run_target(results.run, spec)  # what the run side asked the cluster
+        for key, src in (("cluster_id", "cluster_id"), ("bootstrap", "bootstrap"), ("version", "broker_version"),
+                         ("security_protocol", "security_protocol"), ("finalized_features", "finalized_features")):
+            if desc.get(key) in (None, {}, "") and recorded.get(src) not in (None, {}, ""):
+                desc[key] = recorded[src]
         trows = [r for r in rows if r["target"] == spec]
         first = trows[0] if trows else {}
         counts = Counter(r["verdict"] for r in trows)
@@ -732,8 +779,10 @@ def build_report(
                 "version": desc.get("version") or first.get("target_version"),
                 "nodes": desc.get("nodes"),
                 "bootstrap": desc.get("bootstrap"),
+                "cluster_id": desc.get("cluster_id"),
+                "security_protocol": desc.get("security_protocol"),
                 "startup_seconds": desc.get("startup_seconds"),
-                "finalized_features": dict(caps.get("finalized_features") or {}),
+                "finalized_features": dict(caps.get("finalized_features") or desc.get("finalized_features") or {}),
                 "supported_features": dict(caps.get("supported_features") or {}),
                 "api_versions": dict(caps.get("api_versions") or {}),
                 "described": bool(desc),
@@ -806,33 +855,30 @@ def build_report(
     per_target_summary = {}
     for spec in specs:
         counts = Counter(r["per_target"][spec]["verdict"] for r in requirements_out if r["in_catalog"])
-        cell = {v: counts.get(v, 0) for v in REQ_VERDICTS}
-        cell["verdict"] = kip_verdict(cell)
-        per_target_summary[spec] = cell
-    failing = test_counts["fail"] + test_counts["error"]
+        per_target_summary[spec] = _cell(counts, result, narrowed)
     catalogued = [r for r in requirements_out if r["in_catalog"]]
-    if not rows:
-        result = "no-results"
-    elif failing:
-        result = "fail"
-    else:
-        result = "pass"
 
     run = dict(results.run)
     run.setdefault("wall_time_s", None)
+    generated_at = _now_iso()
 
     return {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
-        "generated_at": _now_iso(),
+        "generated_at": generated_at,
         "kipcheck_version": kipcheck_version(),
         "host": {"hostname": socket.gethostname(), "platform": platform.platform(), "python": sys.version.split()[0]},
         "run": run,
+        "statement": build_statement(run, targets_out, kips_out, decided, catalog_path, generated_at,
+                                     kipcheck_version()),
         "targets": targets_out,
         "summary": {
             "result": result,
+            "banner": decided["banner"],
+            "completeness": decided["completeness"],
             "tests": {v: test_counts.get(v, 0) for v in TEST_VERDICTS},
             "tests_total": len(rows),
+            "timed_out": sum(1 for r in all_rows if r["timed_out"]),
             "requirements_total": len(catalogued),
             "requirements_tested": sum(1 for r in catalogued if r["tested"]),
             "requirements_untested": sum(1 for r in catalogued if not r["tested"]),
@@ -840,6 +886,9 @@ def build_report(
         },
         "kips": kips_out,
         "requirements": requirements_out,
+        "non_passing": non_passing(all_rows, req_index),
+        "self_checks": _self_checks(self_rows),
+        "timeline": timeline(all_rows),
         "divergences": {"observed": observed, "register": list(register or [])},
         "deviations": {"register": deviation_register, "matched": matched},
         "tests_without_requirements": [
@@ -851,13 +900,37 @@ def build_report(
     }
 
 
+def _run_target(run: Mapping[str, Any], spec: str) -> Mapping[str, Any]:
+    targets = run.get("targets")
+    rec = targets.get(spec) if isinstance(targets, Mapping) else None
+    return rec if isinstance(rec, Mapping) else {}
+
+
+def _cell(counts: Mapping[str, int], result: str, narrowed: bool) -> dict[str, Any]:
+    """Requirement verdict counts of one matrix cell and its word under the run outcome."""
+    cell: dict[str, Any] = {v: counts.get(v, 0) for v in (*REQ_VERDICTS, OUT_OF_SCOPE)}
+    cell["verdict"] = _outcome.cell_verdict(result, narrowed, kip_verdict(cell), cell)
+    return cell
+
+
+def _self_checks(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Tests that need no target (model checks, reference against itself): they vouch for
+    kipcheck's own oracle, not for any cluster."""
+    counts = Counter(r["verdict"] for r in rows)
+    reqs = sorted({rid for r in rows for rid in r["requirements"]})
+    return {
+        "tests": {v: counts.get(v, 0) for v in TEST_VERDICTS},
+        "tests_total": len(rows),
+        "requirements": reqs,
+        "rows": [{"nodeid": r["nodeid"], "verdict": r["verdict"], "reason": r["reason"] or None,
+                  "requirements": r["requirements"]} for r in sorted(rows, key=lambda r: r["nodeid"])],
+    }
+
+
 def exit_code(report: Mapping[str, Any]) -> int:
-    """0: every test that ran passed (or was not supported/skipped); 1: a failure or error;
-    2: no results, or a target failed to start (an infrastructure error, not a verdict)."""
-    if any(t.get("start_error") for t in report.get("targets", [])):
-        return 2
-    result = report["summary"]["result"]
-    return {"pass": 0, "fail": 1}.get(result, 2)
+    """0 pass or partial scope; 1 a failure on a finished run; 2 incomplete, not run, no
+    results, or a target failed to start (infrastructure, not a verdict). See reports/outcome.py."""
+    return _outcome.exit_code(report)
 
 
 def build_report_from_dir(
@@ -891,20 +964,36 @@ def build_report_from_dir(
     if not catalog:
         results.problems.append("the requirement catalog is empty or missing")
     expected = EXPECTED_KIPS if catalog_path is None else ()
-    return build_report(results, catalog, register, target_order, expected, deviations)
+    allure = read_allure(Path(results_dir).parent / "allure-results")
+    return build_report(results, catalog, register, target_order, expected, deviations, allure, catalog_path)
 
 
 def write_json(report: Mapping[str, Any], path: str | Path) -> Path:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_suffix(p.suffix + ".tmp")
-    tmp.write_text(json.dumps(report, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
+    tmp.write_bytes(report_bytes(report))
     tmp.replace(p)
     return p
 
 
+def report_bytes(report: Mapping[str, Any]) -> bytes:
+    """The exact bytes of report.json (what its published SHA-256 is computed over)."""
+    return (json.dumps(report, indent=2, sort_keys=False, default=str) + "\n").encode("utf-8")
+
+
+def report_sha256(report: Mapping[str, Any]) -> str:
+    return hashlib.sha256(report_bytes(report)).hexdigest()
+
+
 def summary_lines(report: Mapping[str, Any]) -> list[str]:
-    """A short plain-text table: KIP rows x target columns with verdict words and counts."""
+    """Console summary: the outcome banner, then KIP rows x target columns with verdict
+    words, requirement counts and the MUST-level counts."""
+    summary = report["summary"]
+    out = [summary.get("banner") or summary["result"].upper()]
+    comp = summary.get("completeness") or {}
+    if comp.get("text"):
+        out.append(f"completeness: {comp['text']}")
     specs = [t["spec"] for t in report["targets"]]
     header = ["KIP"] + specs
     table = [header]
@@ -912,22 +1001,34 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
         line = [k["kip"]]
         for s in specs:
             c = k["per_target"][s]
+            m = (k.get("must") or {}).get(s)
             line.append(
                 f"{c['verdict']} ({c['pass']}/{c['fail']}/{c['not_supported']}"
                 + (f"/{c['incomplete']}i" if c["incomplete"] else "")
-                + f"/{c['untested']})"
+                + f"/{c['untested'] + c.get(OUT_OF_SCOPE, 0)})"
+                + (f" MUST {m['pass']}/{m['fail']}/{m['not_supported']}/{m['untested'] + m.get(OUT_OF_SCOPE, 0)}"
+                   if m and k.get("must_total") else "")
             )
         table.append(line)
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
-    out = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip() for r in table]
-    out.insert(1, "  ".join("-" * w for w in widths))
-    out.append("(pass/fail/not supported[/incomplete]/untested requirements per target)")
-    t = report["summary"]["tests"]
+    rows = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip() for r in table]
+    rows.insert(1, "  ".join("-" * w for w in widths))
+    out += rows
+    untested = "out of scope" if comp.get("narrowed") else "untested"
+    out.append(f"(pass/fail/not supported[/incomplete]/{untested} requirements per target; MUST: the same for "
+               "MUST-level requirements)")
+    t = summary["tests"]
+    timed = f", {summary['timed_out']} timed out" if summary.get("timed_out") else ""
     out.append(
-        f"tests: {report['summary']['tests_total']} "
-        f"(pass {t['pass']}, fail {t['fail']}, error {t['error']}, "
+        f"tests: {summary['tests_total']} "
+        f"(pass {t['pass']}, fail {t['fail']}{timed}, error {t['error']}, "
         f"not supported {t['not_supported']}, skipped {t['skipped']}); "
-        f"requirements: {report['summary']['requirements_tested']} tested, "
-        f"{report['summary']['requirements_untested']} untested of {report['summary']['requirements_total']}"
+        f"requirements: {summary['requirements_tested']} tested, "
+        f"{summary['requirements_untested']} {untested} of {summary['requirements_total']}"
     )
+    sc = report.get("self_checks") or {}
+    if sc.get("tests_total"):
+        st = sc["tests"]
+        out.append(f"self-checks (no target, not a certification): {sc['tests_total']} "
+                   f"(pass {st['pass']}, fail {st['fail'] + st['error']})")
     return out

@@ -11,7 +11,10 @@ from html import escape
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from reports.certification import EXPECTED_FAILURE, REQ_VERDICTS, UNCATALOGUED, UNEXPECTED_PASS
+from reports import charts
+from reports.certification import (
+    EXPECTED_FAILURE, OUT_OF_SCOPE, REQ_VERDICTS, UNCATALOGUED, UNEXPECTED_PASS, report_bytes,
+)
 
 VERDICT_LABEL = {
     "pass": "pass",
@@ -21,6 +24,7 @@ VERDICT_LABEL = {
     "incomplete": "incomplete",
     "untested": "untested",
     "skipped": "skipped",
+    OUT_OF_SCOPE: "out of scope",
 }
 # Count labels used in matrix cells, in display order.
 CELL_COUNTS = (
@@ -29,6 +33,7 @@ CELL_COUNTS = (
     ("not_supported", "not supported"),
     ("incomplete", "incomplete"),
     ("untested", "untested"),
+    (OUT_OF_SCOPE, "out of scope"),
 )
 
 
@@ -78,6 +83,17 @@ def _val(v: Any) -> str:
     return f'<pre class="val">{e(text)}</pre>'
 
 
+def _scroll(inner: str) -> str:
+    """Wide tables scroll inside their own box, never the page."""
+    return f'<div class="scroll">{inner}</div>'
+
+
+def _fold(summary: str, inner: str, open_: bool = False, ident: str = "") -> str:
+    """A section body collapsed by default (long registers and lists)."""
+    i = f' id="{e(ident)}"' if ident else ""
+    return f'<details class="fold"{i}{" open" if open_ else ""}><summary>{summary}</summary>{inner}</details>'
+
+
 def _table(head: Iterable[str], rows: Iterable[Iterable[str]], cls: str = "", num_cols: set[int] | None = None) -> str:
     num_cols = num_cols or set()
     h = "".join(f'<th{" class=num" if i in num_cols else ""}>{c}</th>' for i, c in enumerate(head))
@@ -86,13 +102,14 @@ def _table(head: Iterable[str], rows: Iterable[Iterable[str]], cls: str = "", nu
         body.append(
             "<tr>" + "".join(f'<td{" class=num" if i in num_cols else ""}>{c}</td>' for i, c in enumerate(r)) + "</tr>"
         )
-    return f'<table class="{cls}"><thead><tr>{h}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    return _scroll(f'<table class="{cls}"><thead><tr>{h}</tr></thead><tbody>{"".join(body)}</tbody></table>')
 
 
 # ---------------------------------------------------------------------------------
 
 
-def render_html(report: Mapping[str, Any]) -> str:
+def render_html(report: Mapping[str, Any], json_sha256: str | None = None) -> str:
+    """The page; json_sha256 is the hash of the report.json written with it (None: not written)."""
     specs = [t["spec"] for t in report["targets"]]
     parts = [
         "<!DOCTYPE html>",
@@ -105,10 +122,14 @@ def render_html(report: Mapping[str, Any]) -> str:
         "<main>",
         _banner(report),
         _toc(),
-        _targets(report),
+        _statement(report, json_sha256),
         _matrix(report),
-        _untested(report),
+        _evidence(report),
+        _timeline(report),
+        _targets(report),
         _requirements(report, specs),
+        _untested(report),
+        _self_checks(report),
         _deviations(report),
         _divergences(report),
         _problems(report),
@@ -124,12 +145,24 @@ def render_html(report: Mapping[str, Any]) -> str:
 
 
 def write_html(report: Mapping[str, Any], path: str | Path) -> Path:
+    """Write the page. When the report.json beside it holds exactly this report's bytes
+    (write_json ran first), the page prints its SHA-256 for the receiver to check."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_suffix(p.suffix + ".tmp")
-    tmp.write_text(render_html(report), encoding="utf-8")
+    tmp.write_text(render_html(report, json_sha256_beside(report, p.parent / "report.json")), encoding="utf-8")
     tmp.replace(p)
     return p
+
+
+def json_sha256_beside(report: Mapping[str, Any], json_path: Path) -> str | None:
+    import hashlib
+
+    try:
+        data = json_path.read_bytes()
+    except OSError:
+        return None
+    return hashlib.sha256(data).hexdigest() if data == report_bytes(report) else None
 
 
 # ---------------------------------------------------------------------------------
@@ -147,14 +180,14 @@ def _header(report: Mapping[str, Any]) -> str:
     )
 
 
+BANNER_CLASS = {"pass": "pass", "partial-scope": "partial", "fail": "fail", "incomplete": "incomplete",
+                "not-run": "notrun", "no-results": "no-results"}
+
+
 def _banner(report: Mapping[str, Any]) -> str:
     s = report["summary"]
     result = s["result"]
-    banner_text = {
-        "pass": "PASS — no test failed on any target",
-        "fail": "FAIL — at least one test failed or errored",
-        "no-results": "NO RESULTS — no test ran",
-    }.get(result, result)
+    banner_text = s.get("banner") or result.upper()
     broken = [t["spec"] for t in report["targets"] if t.get("start_error")]
     if broken:
         banner_text += f" · target(s) failed to start: {', '.join(broken)}"
@@ -165,26 +198,80 @@ def _banner(report: Mapping[str, Any]) -> str:
         if known
         else ""
     )
+    untested = "out of scope" if (s.get("completeness") or {}).get("narrowed") else "untested"
     return (
-        f'<div class="banner {e(result)}">{e(banner_text)}</div>'
-        f'<p class="note">{s["tests_total"]} test results · {s["requirements_tested"]} of '
+        f'<div class="banner {e(BANNER_CLASS.get(result, "no-results"))}" id="banner">{e(banner_text)}</div>'
+        f'<p class="note">{s["tests_total"]} test results on targets · {s["requirements_tested"]} of '
         f'{s["requirements_total"]} catalogued requirements covered by at least one test · '
-        f'{s["requirements_untested"]} untested. Pass means no failure; see the matrix for what was '
-        f"not supported or untested.{known_note}</p>"
+        f'{s["requirements_untested"]} {untested}. Pass means no failure; the matrix shows what was '
+        f"not supported or not tested.{known_note}</p>"
     )
 
 
 def _toc() -> str:
     links = [
-        ("targets", "Targets"),
+        ("statement", "Statement"),
         ("matrix", "Compliance matrix"),
-        ("untested", "Untested requirements"),
+        ("evidence", "Evidence"),
+        ("timeline", "Timeline"),
+        ("targets", "Targets"),
         ("requirements", "Requirements"),
+        ("untested", "Untested"),
+        ("self-checks", "Self-checks"),
         ("deviations", "Known target deviations"),
         ("divergences", "Divergences"),
         ("run", "Run"),
     ]
     return '<nav class="toc">' + "".join(f'<a href="#{a}">{t}</a>' for a, t in links) + "</nav>"
+
+
+def _kv(pairs: Iterable[tuple[str, str]]) -> str:
+    return '<dl class="meta">' + "".join(f"<dt>{e(k)}</dt><dd>{v}</dd>" for k, v in pairs) + "</dl>"
+
+
+def _features_text(ff: Mapping[str, Any] | None) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted((ff or {}).items())) or "—"
+
+
+def _statement(report: Mapping[str, Any], json_sha256: str | None) -> str:
+    st = report.get("statement") or {}
+    targets = []
+    for t in st.get("targets") or []:
+        targets.append(
+            f"<li><code>{e(t['spec'])}</code> — cluster id <code>{e(t.get('cluster_id') or 'not recorded')}</code>, "
+            f"broker version {e(t.get('broker_version') or 'not recorded')}, "
+            f"finalized features {e(_features_text(t.get('finalized_features')))}"
+            + (f", {e(t.get('security_protocol'))}" if t.get("security_protocol") else "")
+            + "</li>"
+        )
+    cat = st.get("catalog") or {}
+    kc = st.get("kipcheck") or {}
+    clients = st.get("clients") or {}
+    client_text = ", ".join(f"{k.replace('_', '-')} {v}" for k, v in clients.items() if v) or "not recorded"
+    if st.get("clients_source") and st["clients_source"] != "run.json":
+        client_text += f' <span class="muted">({e(st["clients_source"])})</span>'
+    if json_sha256:
+        digest = (f'<code class="hash">{e(json_sha256)}</code><div class="muted">Receiver: '
+                  "<code>sha256sum report.json</code> must print this value; any other value means the "
+                  "report.json you hold is not the one this page was written with.</div>")
+    else:
+        digest = '<span class="muted">report.json was not written with this page, so no hash is given</span>'
+    pairs = [
+        ("result", f'<strong>{e(report["summary"]["result"])}</strong> — {e((report["summary"].get("completeness") or {}).get("text"))}'),
+        ("targets", f'<ul class="plain">{"".join(targets)}</ul>' if targets else "none"),
+        ("KIPs in scope", e(", ".join(st.get("kips_in_scope") or []) or "none")),
+        ("scope", e(st.get("scope"))),
+        ("exclusions", e("; ".join(st.get("exclusions") or []) or "none")),
+        ("catalog", f"{e(cat.get('version'))}, {len(cat.get('files') or [])} files, sha256 "
+                    f"<code class=\"hash\">{e(cat.get('sha256') or 'unknown')}</code>"),
+        ("kipcheck", f"{e(kc.get('version'))}" + (f", commit <code>{e(kc.get('commit'))}</code>" if kc.get("commit") else
+                                                 " (no git checkout: package version only)")),
+        ("client libraries", client_text),
+        ("date", e(st.get("date"))),
+        ("duration", _fmt_s(st.get("duration_s"))),
+        ("report.json SHA-256", digest),
+    ]
+    return '<h2 id="statement">Certification statement</h2>' + _kv(pairs)
 
 
 def _features(feats: Mapping[str, Any], names: Iterable[str]) -> list[str]:
@@ -202,6 +289,7 @@ def _targets(report: Mapping[str, Any]) -> str:
                 e(t.get("kind")),
                 e(t.get("version") or "—"),
                 e(t.get("nodes") if t.get("nodes") is not None else "—"),
+                f"<code>{e(t.get('cluster_id') or '—')}</code>",
                 f"<code>{e(t.get('bootstrap') or '—')}</code>",
                 _fmt_s(t.get("startup_seconds")),
                 *_features(ff, ("transaction.version", "share.version")),
@@ -217,10 +305,10 @@ def _targets(report: Mapping[str, Any]) -> str:
         '<h2 id="targets">Targets</h2>'
         + note
         + _table(
-            ["spec", "kind", "version", "nodes", "bootstrap", "startup", "transaction.version", "share.version",
-             "other features", "status"],
+            ["spec", "kind", "version", "nodes", "cluster id", "bootstrap", "startup", "transaction.version",
+             "share.version", "other features", "status"],
             rows,
-            num_cols={3, 5, 6, 7},
+            num_cols={3, 6, 7, 8},
         )
     )
 
@@ -245,13 +333,16 @@ def _legend() -> str:
         ("partial", "some passed, others not supported or incomplete"),
         ("not supported", "the target does not support what the tests need"),
         ("untested", "no test ran"),
+        ("out of scope", "nothing selected in this narrowed run"),
+        ("incomplete", "the run did not finish: no verdict"),
+        ("not run", "the target was unreachable"),
     ]
     return '<p class="legend note">' + " ".join(f'{_badge(v)} {e(d)} &nbsp;' for v, d in items) + "</p>"
 
 
 def _matrix(report: Mapping[str, Any]) -> str:
     specs = [t["spec"] for t in report["targets"]]
-    head = ["KIP", *[f"<code>{e(s)}</code>" for s in specs], "requirements", "no test"]
+    head = ["KIP", *[f"<code>{e(s)}</code>" for s in specs], "requirements", "MUST", "no test"]
     rows = []
     for k in report["kips"]:
         cells = [
@@ -260,17 +351,21 @@ def _matrix(report: Mapping[str, Any]) -> str:
         for s in specs:
             c = k["per_target"][s]
             counts = "".join(
-                f"<span>{c[key]} {label}</span>" for key, label in CELL_COUNTS if c.get(key) or key != "incomplete"
+                f"<span>{c[key]} {label}</span>" for key, label in CELL_COUNTS
+                if c.get(key) or key in ("pass", "fail", "not_supported")
+                or (key == "untested" and not c.get(OUT_OF_SCOPE))
             )
-            title = ", ".join(f"{c[key]} {label}" for key, label in CELL_COUNTS)
-            total = sum(c.get(v, 0) for v in REQ_VERDICTS)
-            tested = total - c.get("untested", 0)
+            title = ", ".join(f"{c.get(key, 0)} {label}" for key, label in CELL_COUNTS)
+            total = sum(c.get(v, 0) for v in (*REQ_VERDICTS, OUT_OF_SCOPE))
+            tested = total - c.get("untested", 0) - c.get(OUT_OF_SCOPE, 0)
             cells.append(
                 f'<td class="cell {_cls(c["verdict"])}" title="{e(title)}">'
                 f'<span class="word">{e(c["verdict"])}</span><span class="counts">{counts}</span>'
-                f'<span class="cover">{tested} of {total} requirements tested on this target</span></td>'
+                + _must_line(k, s)
+                + f'<span class="cover">{tested} of {total} requirements tested on this target</span></td>'
             )
         cells.append(f'<td class="num">{len(k["requirements"])}</td>')
+        cells.append(f'<td class="num">{k.get("must_total", 0)}</td>')
         cells.append(f'<td class="num">{len(k["untested"])}</td>')
         rows.append("<tr>" + "".join(cells) + "</tr>")
     h = "".join(f"<th>{c}</th>" for c in head)
@@ -279,14 +374,27 @@ def _matrix(report: Mapping[str, Any]) -> str:
         "a requirement passes on a target only if every covering test that ran there passed; "
         "“not supported” and skipped tests never count as passes; “incomplete” means some covering "
         "tests passed and others were not supported or skipped. “no test” counts catalog requirements "
-        "that no test covers at all.</p>"
+        "that no test covers at all. The MUST line counts only the KIP's MUST-level requirements "
+        "(passed / failed / not supported / not tested).</p>"
     )
     return (
         '<h2 id="matrix">Per-KIP compliance matrix</h2>'
         + note
         + _legend()
-        + f'<table class="matrix"><thead><tr>{h}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+        + _scroll(f'<table class="matrix"><thead><tr>{h}</tr></thead><tbody>{"".join(rows)}</tbody></table>')
+        + '<h3>Requirements by verdict</h3>'
+        + f'<div class="chartbox" id="chart-requirements">{charts.requirement_bars(report["kips"], specs)}</div>'
     )
+
+
+def _must_line(k: Mapping[str, Any], spec: str) -> str:
+    m = (k.get("must") or {}).get(spec)
+    if not m or not k.get("must_total"):
+        return ""
+    not_tested = m.get("untested", 0) + m.get(OUT_OF_SCOPE, 0)
+    return (f'<span class="must">MUST: {m["pass"]} passed · {m["fail"]} failed · {m["not_supported"]} not supported'
+            + (f' · {m["incomplete"]} incomplete' if m.get("incomplete") else "")
+            + f" · {not_tested} not tested (of {k['must_total']})</span>")
 
 
 def _untested(report: Mapping[str, Any]) -> str:
@@ -297,10 +405,13 @@ def _untested(report: Mapping[str, Any]) -> str:
         if len(ids) > 12:
             listing = f"<details><summary>{len(ids)} ids</summary>{listing}</details>"
         rows.append([f"<strong>{e(k['kip'])}</strong>", str(len(ids)), str(len(k["requirements"])), listing])
+    total = sum(len(k["untested"]) for k in report["kips"])
+    narrowed = (report["summary"].get("completeness") or {}).get("narrowed")
+    word = "not covered by the selected tests (out of scope of this narrowed run)" if narrowed else "untested"
     return (
         '<h2 id="untested">Untested requirements</h2>'
-        '<p class="note">Catalog requirements that no test in this run covers (on any target).</p>'
-        + _table(["KIP", "untested", "of", "ids"], rows, num_cols={1, 2})
+        f'<p class="note">Catalog requirements that no test in this run covers on any target: {total}, {word}.</p>'
+        + _fold(f"{total} requirement ids by KIP", _table(["KIP", "untested", "of", "ids"], rows, num_cols={1, 2}))
     )
 
 
@@ -346,7 +457,14 @@ def _deviation_label(pt: Mapping[str, Any]) -> str:
     return f' <span class="devnote">({"; ".join(parts)})</span>'
 
 
-def _verdict_cell(pt: Mapping[str, Any]) -> str:
+def ev_anchor(nodeid: str, target: str) -> str:
+    """The fragment id of a test result's evidence card."""
+    import hashlib
+
+    return "ev-" + hashlib.sha1(f"{target}\0{nodeid}".encode()).hexdigest()[:12]
+
+
+def _verdict_cell(pt: Mapping[str, Any], spec: str = "") -> str:
     v = pt["verdict"]
     tests = pt.get("tests") or []
 
@@ -358,17 +476,16 @@ def _verdict_cell(pt: Mapping[str, Any]) -> str:
             return f" ({_dev_link(dv['id'])} did not occur)"
         return ""
 
+    # A test's reason is printed once, in its evidence card; here a link leads to it.
     items = "".join(
         f"<li>{_badge(t['verdict'])}{test_dev(t)} <code>{e(t['nodeid'])}</code>"
-        + (f" — {e(t['reason'])}" if t.get("reason") else "")
+        + (f' <a href="#{ev_anchor(t["nodeid"], spec)}">evidence</a>' if t["verdict"] != "pass" and spec else "")
         + "</li>"
         for t in tests
     )
-    detail = f'<div class="why">{e(pt.get("reason"))}</div>'
-    if items:
-        detail += f'<ul class="tests">{items}</ul>'
+    detail = f'<ul class="tests">{items}</ul>' if items else f'<div class="why">{e(pt.get("reason"))}</div>'
     return (
-        f'<td class="vcell"><details><summary>{_badge(v, pt.get("reason"))}{_deviation_label(pt)}</summary>'
+        f'<td class="vcell"><details><summary>{_badge(v)}{_deviation_label(pt)}</summary>'
         f"{detail}</details></td>"
     )
 
@@ -403,7 +520,7 @@ def _requirements(report: Mapping[str, Any], specs: list[str]) -> str:
             f'<td><code>{e(r["id"])}</code></td>'
             f'<td><span class="level">{e(r.get("level") or "")}</span></td>'
             f'<td class="behaviour">{e(r.get("behaviour"))}{section}</td>'
-            + "".join(_verdict_cell(r["per_target"][s]) for s in specs)
+            + "".join(_verdict_cell(r["per_target"][s], s) for s in specs)
             + f"<td>{tests_html}</td></tr>"
         )
     toolbar = (
@@ -417,11 +534,111 @@ def _requirements(report: Mapping[str, Any], specs: list[str]) -> str:
     legend = '<p class="note">Click a verdict for its reason and the covering tests. Verdicts: ' + " ".join(
         _badge(v) for v in REQ_VERDICTS
     ) + "</p>"
+    n = len(report["requirements"])
     return (
         '<h2 id="requirements">Requirements</h2>'
-        + legend
-        + toolbar
-        + f'<table class="reqs" id="reqs"><thead><tr>{h}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+        + '<p class="note">Every catalog requirement with its verdict per target and its covering tests; '
+        "the evidence of each non-passing test is in the Evidence section above.</p>"
+        + _fold(
+            f"all {n} requirements",
+            legend + toolbar
+            + _scroll(f'<table class="reqs" id="reqs"><thead><tr>{h}</tr></thead><tbody>{"".join(body)}</tbody></table>'),
+        )
+    )
+
+
+def _evidence(report: Mapping[str, Any]) -> str:
+    items = report.get("non_passing") or []
+    out = ['<h2 id="evidence">Evidence of every non-passing test</h2>']
+    if not items:
+        ran = report["summary"]["tests_total"] + (report.get("self_checks") or {}).get("tests_total", 0)
+        return out[0] + ('<p class="note">Every test that ran passed.</p>' if ran else '<p class="note">No test ran.</p>')
+    failing = [i for i in items if i["verdict"] in ("fail", "error")]
+    rest = [i for i in items if i["verdict"] not in ("fail", "error")]
+    out.append('<p class="note">For each test that did not pass: how its requirements are tested (the catalog '
+               "oracle), what the test asserted, what the run captured (raw-client exchanges, the observation "
+               "against the reference, the target's log) and its allure result file.</p>")
+    out.extend(_evidence_card(i) for i in failing)
+    if rest:
+        out.append(_fold(f"{len(rest)} not supported or skipped", "".join(_evidence_card(i) for i in rest)))
+    return "".join(out)
+
+
+def _evidence_card(item: Mapping[str, Any]) -> str:
+    label = "timed out" if item.get("timed_out") else item["verdict"]
+    head = (f'{_badge("fail" if item.get("timed_out") else item["verdict"])}'
+            + (f' <span class="tag">timed out after {e(item.get("deadline_s"))} s</span>' if item.get("timed_out") else "")
+            + f' <code>{e(item["test"])}</code> on <code>{e(item["target"])}</code>')
+    parts = [f'<div class="card-head">{head}</div>', f'<div class="muted nodeid">{e(item["nodeid"])}</div>']
+    dv = item.get("deviation") or {}
+    if dv.get("id"):
+        parts.append(f'<div>registered deviation {_dev_link(dv["id"])} ({e(dv.get("status"))})</div>')
+    reqs = item.get("requirements") or []
+    if reqs:
+        parts.append('<div class="sub-h">How it is tested</div><ul class="oracles">' + "".join(
+            f'<li><code>{e(r["id"])}</code> <span class="level">{e(r.get("level") or "")}</span> — '
+            f'{e(r.get("oracle") or "no oracle in the catalog")}</li>' for r in reqs) + "</ul>")
+    ev = item.get("evidence") or {}
+    if item.get("reason"):
+        parts.append(f'<div class="sub-h">Result</div><pre class="ev">{e(item["reason"])}</pre>')
+    if ev.get("assertion"):
+        parts.append(f'<div class="sub-h">Assertion</div><pre class="ev">{e(ev["assertion"])}</pre>')
+    if ev.get("observation"):
+        parts.append(f'<div class="sub-h">Observation (target against reference)</div><pre class="ev">{e(ev["observation"])}</pre>')
+    ex = ev.get("exchanges") or []
+    if ex:
+        rows = "".join(
+            f'<div class="exch"><div class="muted">{e(x.get("api"))} (key {e(x.get("api_key"))}) v{e(x.get("version"))}'
+            f' · node {e(x.get("node"))}</div><pre class="ev">→ {e(x.get("request"))}</pre>'
+            f'<pre class="ev">← {e(x.get("response"))}</pre></div>'
+            for x in ex
+        )
+        parts.append(_fold(f"last {len(ex)} raw-client exchange(s)", rows))
+    if ev.get("log_tail"):
+        where = f" ({e(ev.get('log_path'))})" if ev.get("log_path") else ""
+        parts.append(_fold(f"target log, last {len(ev['log_tail'])} lines{where}",
+                           f'<pre class="ev">{e(chr(10).join(ev["log_tail"]))}</pre>'))
+    if item.get("allure"):
+        parts.append(f'<div class="muted">allure result: <a href="{e(item["allure"])}">{e(item["allure"])}</a></div>')
+    return (f'<div class="card {_cls(label.replace(" ", "-"))}-card" id="{ev_anchor(item["nodeid"], item["target"])}">'
+            f'{"".join(parts)}</div>')
+
+
+def _timeline(report: Mapping[str, Any]) -> str:
+    tl = report.get("timeline") or {}
+    svg = charts.timeline(tl)
+    if not svg:
+        return '<h2 id="timeline">Timeline</h2><p class="note">No test ran.</p>'
+    source = {
+        "rows": "from the result rows' start/stop times",
+        "allure": "start/stop times from the allure result files",
+        "sequential": "no start times recorded: each worker's tests laid end to end in the order it ran them",
+    }.get(tl.get("source"), "")
+    if tl.get("untimed"):
+        source += f"; {tl['untimed']} result(s) without times are not drawn"
+    return (f'<h2 id="timeline">Timeline</h2><p class="note">One lane per worker; one bar per test, coloured by '
+            f"its verdict ({e(source)}). Hover a bar for the test.</p>"
+            f'<div class="chartbox" id="chart-timeline">{svg}</div>')
+
+
+def _self_checks(report: Mapping[str, Any]) -> str:
+    sc = report.get("self_checks") or {}
+    head = '<h2 id="self-checks">Self-checks of kipcheck (no target)</h2>'
+    if not sc.get("tests_total"):
+        return head + '<p class="note">No self-check ran in this run.</p>'
+    c = sc.get("tests") or {}
+    rows = [[f"<code>{e(r['nodeid'])}</code>", _badge(r["verdict"]), e(", ".join(r.get("requirements") or [])),
+             e(r.get("reason") or "")] for r in sc.get("rows") or []]
+    return (
+        head
+        + '<p class="note">These tests use no cluster: they check kipcheck\'s own oracle (the reference '
+        "model against the catalog, the reference against itself). They certify nothing about any target "
+        "and are not part of the matrix; a failing self-check still fails the run, because the oracle "
+        "itself would then be in doubt.</p>"
+        + f'<p class="selfcheck">{sc["tests_total"]} self-checks: {c.get("pass", 0)} passed, '
+        f'{c.get("fail", 0) + c.get("error", 0)} failed, {c.get("not_supported", 0) + c.get("skipped", 0)} '
+        f'not run; {len(sc.get("requirements") or [])} requirement ids exercised.</p>'
+        + _fold("self-check results", _table(["test", "verdict", "requirements", "reason"], rows))
     )
 
 
@@ -471,9 +688,12 @@ def _deviations(report: Mapping[str, Any]) -> str:
             ]
         )
     if rows:
-        out.append(
-            _table(["id", "target", "requirement", "test", "observed", "evidence", "in this run"], rows, cls="devs")
-        )
+        seen = sum(1 for ms in by_id.values() for m in ms)
+        out.append(_fold(
+            f"{len(rows)} register entries · {seen} matched in this run",
+            _table(["id", "target", "requirement", "test", "observed", "evidence", "in this run"], rows, cls="devs"),
+            open_=bool(matched),
+        ))
     else:
         out.append('<p class="note">The deviation register is empty or missing.</p>')
     return "".join(out)
@@ -529,7 +749,8 @@ def _divergences(report: Mapping[str, Any]) -> str:
                     _val(o.get("reference")),
                 ]
             )
-        out.append(_table(["target", "test", "requirement", "what", "target's answer", "reference's answer"], rows))
+        out.append(_fold(f"{len(rows)} differences observed",
+                         _table(["target", "test", "requirement", "what", "target's answer", "reference's answer"], rows)))
     else:
         out.append('<p class="note">No test reported a difference from the reference.</p>')
     out.append("<h3>Divergence register</h3>")
@@ -555,7 +776,8 @@ def _divergences(report: Mapping[str, Any]) -> str:
                     + (f'<div class="muted">{e(g.get("notes"))}</div>' if g.get("notes") else ""),
                 ]
             )
-        out.append(_table(["id", "requirement", "KIP text", "Apache Kafka", "reference", "evidence"], rows))
+        out.append(_fold(f"{len(rows)} register entries",
+                         _table(["id", "requirement", "KIP text", "Apache Kafka", "reference", "evidence"], rows)))
     else:
         out.append('<p class="note">The divergence register is empty or missing.</p>')
     return "".join(out)
@@ -609,6 +831,14 @@ def _run(report: Mapping[str, Any]) -> str:
         if v is None or v == "" or v == []:
             continue
         meta.append(f"<dt>{e(label)}</dt><dd>{_fmt_s(v) if key == 'wall_time_s' else e(v)}</dd>")
+    comp = report["summary"].get("completeness") or {}
+    meta.append(f"<dt>completeness</dt><dd>{e(comp.get('text'))}</dd>")
+    for label, value in (("reasons", "; ".join(comp.get("reasons") or [])),
+                         ("worker crashes", "; ".join(comp.get("worker_crashes") or [])),
+                         ("timed out", "; ".join(f"{t.get('nodeid')} on {t.get('target')} (deadline {t.get('deadline_s')} s)"
+                                                 for t in run.get("timed_out") or [] if isinstance(t, Mapping)))):
+        if value:
+            meta.append(f"<dt>{e(label)}</dt><dd>{e(value)}</dd>")
     if run.get("command"):
         cmd = run["command"]
         cmd = " ".join(cmd) if isinstance(cmd, list) else str(cmd)

@@ -265,7 +265,7 @@ def test_requirement_verdict_rules():
 def test_kip_matrix_counts_and_words(report):
     k98 = kip(report, "KIP-98")
     assert k98["per_target"][REF] == {
-        "pass": 2, "fail": 0, "not_supported": 0, "incomplete": 0, "untested": 1, "verdict": "compliant"
+        "pass": 2, "fail": 0, "not_supported": 0, "incomplete": 0, "untested": 1, "out_of_scope": 0, "verdict": "compliant"
     }
     assert k98["per_target"][KN]["verdict"] == "non-compliant"
     assert k98["per_target"][KN]["fail"] == 1
@@ -580,23 +580,25 @@ def test_json_schema_is_stable(report, tmp_path):
     data = json.loads(path.read_text())
     assert tuple(data) == cert.REPORT_KEYS
     assert data["schema"] == "kipcheck-certification-report"
-    assert data["schema_version"] == 2
+    assert data["schema_version"] == 3
     assert set(data["summary"]) == {
-        "result", "tests", "tests_total", "requirements_total", "requirements_tested",
-        "requirements_untested", "per_target",
+        "result", "banner", "completeness", "tests", "tests_total", "timed_out", "requirements_total",
+        "requirements_tested", "requirements_untested", "per_target",
     }
-    assert set(data["kips"][0]) == {"kip", "title", "status", "seed", "requirements", "untested", "per_target"}
-    assert set(data["kips"][0]["per_target"][REF]) == {*cert.REQ_VERDICTS, "verdict"}
+    assert set(data["kips"][0]) == {"kip", "title", "status", "seed", "requirements", "untested", "per_target",
+                                    "must", "must_total"}
+    assert set(data["kips"][0]["per_target"][REF]) == {*cert.REQ_VERDICTS, cert.OUT_OF_SCOPE, "verdict"}
     assert set(data["requirements"][0]) == {
         "id", "kip", "section", "level", "behaviour", "oracle", "implemented_in", "in_catalog", "tested",
         "tests", "per_target",
     }
     assert set(data["requirements"][0]["per_target"][REF]) == {"verdict", "reason", "known_deviations", "tests"}
     assert set(data["requirements"][0]["per_target"][REF]["tests"][0]) == {
-        "nodeid", "verdict", "reason", "duration_s", "deviation"
+        "nodeid", "verdict", "reason", "duration_s", "deviation", "timed_out"
     }
     assert set(data["targets"][0]) == {
-        "spec", "kind", "version", "nodes", "bootstrap", "startup_seconds", "finalized_features",
+        "spec", "kind", "version", "nodes", "bootstrap", "cluster_id", "security_protocol", "startup_seconds",
+        "finalized_features",
         "supported_features", "api_versions", "described", "start_error", "skip_reason", "errors",
         "tests", "tests_total", "test_duration_s",
     }

@@ -347,7 +347,8 @@ def test_certify_reference_end_to_end(tmp_path):
                 "--out", str(out), "-n", "1", "-q", timeout=600)
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
     report = json.loads((out / "report.json").read_text())
-    assert report["summary"]["result"] == "pass"
+    # --suite narrows the selection: every selected test passed, but that is no full certification.
+    assert report["summary"]["result"] == "partial-scope"
     assert report["summary"]["tests"]["pass"] >= 1
     assert report["targets"][0]["spec"] == "reference" and report["targets"][0]["kind"] == "reference"
     assert (out / "report.html").is_file()
