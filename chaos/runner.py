@@ -121,10 +121,12 @@ def run(cfg: RunConfig, log=print) -> RunResult:
     nemeses: list = []
     try:
         try:
+            nemeses = nemeses_for(target, sorted({s.kind for s in specs}), seed=cfg.seed)
+            for n in nemeses:
+                n.prepare(target)
             target.start()
             if cfg.target_hook is not None:
                 cfg.target_hook(target)
-            nemeses = nemeses_for(target, sorted({s.kind for s in specs}), seed=cfg.seed)
             for n in nemeses:
                 n.setup(target)
             workload.setup(target, rec)

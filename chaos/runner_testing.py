@@ -41,6 +41,9 @@ class KillRestartNemesis:
         self._endpoints: dict[int, tuple[str, int]] = {}
         self._down: dict[int, FaultRecord] = {}
 
+    def prepare(self, target: Any) -> None:
+        """Nothing to put in place before start."""
+
     def setup(self, target: Any) -> None:
         from conformance import client_ops
         self.target = target

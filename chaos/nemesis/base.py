@@ -95,7 +95,7 @@ class FaultRecord:
 class Nemesis(Protocol):
     """An injector for some fault kinds on one target (setup / invoke / heal / teardown).
 
-    ``invoke`` applies one fault and returns its record (nodes resolved, start time set);
+    ``prepare`` runs before the target starts, ``setup`` after; ``invoke`` applies one fault and returns its record (nodes resolved, start time set);
     ``heal`` undoes it and fills ``healed_ns`` and, where it can tell, ``effective``;
     ``heal_all`` is the final heal before the catch-up reads; ``teardown`` releases what
     ``setup`` made (proxies, servers). Injectors raise
@@ -103,6 +103,10 @@ class Nemesis(Protocol):
     """
 
     kinds: tuple[str, ...]
+
+    def prepare(self, target: Any) -> None:
+        """Before the target starts: what must be in place at start (a fault proxy whose
+        address each node advertises). Most injectors need nothing here."""
 
     def setup(self, target: Any) -> None: ...
 

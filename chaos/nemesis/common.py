@@ -32,6 +32,9 @@ class TargetInjector:
         self.target: Any = None
         self.open: list[FaultRecord] = []
 
+    def prepare(self, target: Any) -> None:
+        """Nothing to put in place before start (network faults override this)."""
+
     def setup(self, target: Any) -> None:
         self.target = target
         self._addresses: dict[int, tuple[str, int]] = {}

@@ -33,6 +33,10 @@ class ComposedNemesis:
         except KeyError:
             raise ValueError(f"no injector for fault kind {spec.kind!r}; known: {', '.join(self.kinds)}") from None
 
+    def prepare(self, target: Any) -> None:
+        for inj in self.injectors:
+            inj.prepare(target)
+
     def setup(self, target: Any) -> None:
         for inj in self.injectors:
             inj.setup(target)

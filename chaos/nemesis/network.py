@@ -25,17 +25,26 @@ _CUTS = ("partition", "blackhole", "reset", "limit-data")
 class NetworkNemesis(TargetInjector):
     kinds = ("partition", "latency", "bandwidth", "reset", "blackhole", "slicer", "limit-data")
 
-    def __init__(self, network: ToxiproxyNetwork, seed: int = 0) -> None:
+    def __init__(self, network: ToxiproxyNetwork | None = None, seed: int = 0) -> None:
+        """``network``: proxies a caller already manages; None: this nemesis starts its own
+        Toxiproxy server in ``prepare`` and removes it in ``teardown``."""
         super().__init__(seed)
-        self.network = network
+        self._owns_network = network is None
+        self.network = network if network is not None else ToxiproxyNetwork(seed=seed)
 
     @property
     def client(self):  # noqa: ANN201 - the adapter
         assert self.network.client is not None, "ToxiproxyNetwork.prepare() first"
         return self.network.client
 
+    def prepare(self, target: Any) -> None:
+        """One proxy per node, each advertised by its node (set before the target starts)."""
+        self.network.prepare(target)
+
     def setup(self, target: Any) -> None:
         super().setup(target)
+        if self.network.target is target and self.network.client is not None:
+            self.network.attach()
         self._advertised: dict[int, tuple[str, int]] = {}
 
     def _bypassed(self, node_id: int) -> str | None:
@@ -65,6 +74,13 @@ class NetworkNemesis(TargetInjector):
         record.evidence = "; ".join(e for _, e in checks)
         record.details["toxiproxy_seed"] = self.network.server.seed
         return record
+
+    def teardown(self) -> None:
+        try:
+            super().teardown()
+        finally:
+            if self._owns_network:
+                self.network.teardown()
 
     def heal(self, record: FaultRecord) -> FaultRecord:
         for n in record.nodes:

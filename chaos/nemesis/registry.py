@@ -1,8 +1,8 @@
 """Where the runner finds injectors: ``nemeses_for(target, kinds)``.
 
-One function, so the runner never imports an injector by name. Today it knows the
-process nemesis of ``chaos.runner_testing`` (kill / restart through the Target); the
-fault-layer injectors (Toxiproxy, pause, per-request) are registered here when they land.
+One function, so the runner never imports an injector by name: process faults through
+the Target's lifecycle, network faults on per-broker Toxiproxy proxies, per-request faults
+through the broker's request hook.
 """
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ from chaos.nemesis.base import Nemesis
 
 
 def _factories() -> dict[str, Any]:
-    from chaos.runner_testing import KillRestartNemesis
-    return {kind: KillRestartNemesis for kind in KillRestartNemesis.kinds}
+    from chaos.nemesis.network import NetworkNemesis
+    from chaos.nemesis.process import ProcessNemesis
+    from chaos.nemesis.request import RequestNemesis
+    return {kind: cls for cls in (ProcessNemesis, NetworkNemesis, RequestNemesis) for kind in cls.kinds}
 
 
 def known_kinds() -> tuple[str, ...]:

@@ -108,8 +108,9 @@ class CopierWorkload:
         self.incarnations += 1
         process = f"copier-{self.incarnations}"
         client, tv = CLIENTS[self.client]
-        extra = [f"--config={k}={v}" for k, v in self.target.client_config().items() if k != "bootstrap.servers"]
-        cmd = [sys.executable, "-m", "conformance.eos_copier", "--bootstrap", self.target.bootstrap_servers,
+        config = self.target.client_config()
+        extra = [f"--config={k}={v}" for k, v in config.items() if k != "bootstrap.servers"]
+        cmd = [sys.executable, "-m", "conformance.eos_copier", "--bootstrap", config["bootstrap.servers"],
                "--input", self.input, "--output", self.output, "--group", self.group,
                "--transactional-id", self.tid, "--history", str(self.copier_history), "--process", process,
                "--client", client, "--transaction-version", tv, "--max-batch", "10",
