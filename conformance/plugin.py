@@ -357,7 +357,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(_ReportCounter(state), "kipcheck-report-counter")
     if results_dir is not None and not is_xdist_worker(config):
         results_dir.mkdir(parents=True, exist_ok=True)
-        for pattern in ("results-*.jsonl", "targets-*.json", "session.json"):
+        for pattern in ("results-*.jsonl", "targets-*.json", "session.json", "expected.json", "run.json"):
             for old in results_dir.glob(pattern):
                 old.unlink()
 
@@ -458,6 +458,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     state.selected = len(session.items)
     if is_xdist_worker(session.config):
         session.config.workeroutput["kipcheck_scope"] = {"selected": state.selected, "deselected": state.deselected}
+    elif state.results_dir is not None:
+        from conformance.progress import write_expected
+
+        write_expected(state.results_dir, state.selected)
 
 
 def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
@@ -465,6 +469,10 @@ def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
     state = node.config.stash.get(STATE_KEY, None)
     if state is not None and state.selected is None:
         state.selected = len(ids)
+        if state.results_dir is not None:
+            from conformance.progress import write_expected
+
+            write_expected(state.results_dir, state.selected)
 
 
 def pytest_testnodedown(node: Any, error: Any) -> None:

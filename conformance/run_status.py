@@ -120,8 +120,9 @@ def client_versions() -> dict[str, Any]:
     try:
         import confluent_kafka
 
-        out["confluent_kafka"] = confluent_kafka.version()[0]
-        out["librdkafka"] = confluent_kafka.libversion()[0]
+        version, lib = confluent_kafka.version(), confluent_kafka.libversion()
+        out["confluent_kafka"] = version[0] if isinstance(version, tuple) else str(version)
+        out["librdkafka"] = lib[0] if isinstance(lib, tuple) else str(lib)
     except Exception:  # noqa: BLE001
         pass
     try:
@@ -196,7 +197,7 @@ def outcome(run: dict[str, Any] | None, report_result: str) -> tuple[str, str]:
     scope = run.get("scope") or {}
     if scope.get("narrowed") and report_result in ("pass", "partial-scope"):
         what = ", ".join(filter(None, [*(f"suite {s}" for s in scope.get("suite_exprs") or []),
-                                       f"-k {scope['keyword']}" if scope.get("keyword") else None,
+                                       f"-k {scope['keyword']}" if scope.get("keyword") and not scope.get("suite_exprs") else None,
                                        f"{len(scope.get('explicit_tests') or [])} explicit test(s)"
                                        if scope.get("explicit_tests") else None]))
         return "partial-scope", f"result: PARTIAL SCOPE ({of} tests; {what or 'narrowed selection'}) — no failure in scope"
