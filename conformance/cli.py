@@ -61,7 +61,7 @@ def _version() -> str:
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+        self.exit(EXIT_USAGE, f"kipcheck: error: {self.prog.removeprefix('kipcheck').strip() + ': ' if self.prog != 'kipcheck' else ''}{message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -263,6 +263,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         with contextlib.suppress(Exception):
             sys.stdout = open(os.devnull, "w")
         return EXIT_OK
+    except UnicodeDecodeError as exc:
+        _err(f"cannot read {getattr(exc, 'kipcheck_path', 'an input file')}: not UTF-8 text ({exc.reason} at byte {exc.start})")
+        return EXIT_USAGE
+    except OSError as exc:
+        _err(f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
+        return EXIT_USAGE
+    except Exception as exc:  # noqa: BLE001 - never a traceback on the console
+        if os.environ.get("KIPCHECK_DEBUG"):
+            raise
+        _err(f"unexpected {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} "
+             "(set KIPCHECK_DEBUG=1 for the traceback)")
+        return EXIT_USAGE
 
 
 # ---------------------------------------------------------------------------------
@@ -582,6 +594,8 @@ def _build_and_write(results_dir: Path, out: Path, fmt: str, target_order: list[
                                        deviations_path=deviations)
     except FileNotFoundError as exc:
         raise UsageError(str(exc)) from None
+    except UnicodeDecodeError:
+        raise UsageError(_not_utf8(results_dir)) from None
     try:
         out.mkdir(parents=True, exist_ok=True)
         if fmt in ("all", "json"):
@@ -591,6 +605,17 @@ def _build_and_write(results_dir: Path, out: Path, fmt: str, target_order: list[
     except OSError as exc:
         raise UsageError(f"cannot write the report to {out}: {exc}") from None
     return report
+
+
+def _not_utf8(results_dir: Path) -> str:
+    """Name the results file that is not UTF-8 (rows are JSON lines, always UTF-8)."""
+    for f in sorted(Path(results_dir).iterdir()):
+        if f.is_file() and f.suffix in (".jsonl", ".ndjson", ".json"):
+            try:
+                f.read_bytes().decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return f"cannot read {f}: not UTF-8 text (byte {exc.start}); is it a kipcheck results file?"
+    return f"cannot read the results in {results_dir}: a file is not UTF-8 text"
 
 
 def _allure_environment(allure_dir: Path, report: dict[str, Any]) -> None:
@@ -740,7 +765,10 @@ def cmd_catalog(args: argparse.Namespace) -> int:
         rdir = Path(args.results)
         if not rdir.is_dir():
             raise UsageError(f"results directory {args.results} does not exist")
-        report = build_report(read_results(rdir), docs)
+        try:
+            report = build_report(read_results(rdir), docs)
+        except UnicodeDecodeError:
+            raise UsageError(_not_utf8(rdir)) from None
         specs = [t["spec"] for t in report["targets"]]
         for r in report["requirements"]:
             if not r["in_catalog"]:
