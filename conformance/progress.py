@@ -31,11 +31,11 @@ def _fmt(seconds: float) -> str:
 
 
 class Progress:
-    def __init__(self, results_dir: Path, out: TextIO = sys.stdout, tty: bool | None = None, quiet: bool = False,
+    def __init__(self, results_dir: Path, out: TextIO | None = None, tty: bool | None = None, quiet: bool = False,
                  interval: float = 30.0) -> None:
         self.results_dir = results_dir
-        self.out = out
-        self.tty = out.isatty() if tty is None else tty
+        self.out = sys.stdout if out is None else out
+        self.tty = self.out.isatty() if tty is None else tty
         self.quiet = quiet
         self.interval = interval
         self.t0 = time.monotonic()
