@@ -693,10 +693,10 @@ def _allure_labels(item: pytest.Item) -> None:
             pass
         kips: list[str] = []
         for rid in ids:
+            # requirement ids are labels and tags, not links: an allure link needs a URL
             allure.dynamic.label("requirement", rid)
             allure.dynamic.tag(rid)
             allure.dynamic.story(rid)
-            allure.dynamic.link(rid, link_type="requirement", name=rid)
             if catalog is not None and rid in catalog and catalog.get(rid).kip not in kips:
                 kips.append(catalog.get(rid).kip)
         if kips:
@@ -882,7 +882,8 @@ def _evidence(item: pytest.Item, phases: dict[str, pytest.TestReport], spec: Tar
 
 
 def _allure_uuid(item: pytest.Item) -> str | None:
-    """The allure result uuid of this test (allure-pytest keeps it in its lifecycle)."""
+    """The allure result uuid of this test: the "uuid" field of its allure-results/*-result.json
+    (allure-commons names the file itself with a fresh uuid4, so match on the field)."""
     listener = item.config.pluginmanager.get_plugin("allure_listener")
     if listener is None:
         return None

@@ -490,13 +490,17 @@ def test_xdist_writes_one_results_file_per_worker(kc, monkeypatch):
 def test_allure_labels(kc):
     suite(kc, "test_two", TWO_TESTS)
     allure_dir = kc.path / "allure"
-    run(kc, "--alluredir", str(allure_dir)).assert_outcomes(passed=2)
+    run(kc, "--alluredir", str(allure_dir), "--kipcheck-results", str(kc.path / "res")).assert_outcomes(passed=2)
     results = [json.loads(p.read_text()) for p in allure_dir.glob("*-result.json")]
     assert len(results) == 2
     by_name = {r["name"]: r for r in results}
     labels = {(lab["name"], lab["value"]) for lab in by_name["test_two[reference]"]["labels"]}
     assert {("requirement", "TEST.A.001"), ("requirement", "TEST.A.002"), ("feature", "TEST"), ("target", "reference")} <= labels
-    links = {(link["type"], link["name"]) for link in by_name["test_two[reference]"].get("links", [])}
-    assert ("requirement", "TEST.A.002") in links
+    assert ("tag", "TEST.A.002") in labels
+    # an allure link is a URL; requirement ids are labels and tags, never links
+    assert all("://" in link["url"] for link in by_name["test_two[reference]"].get("links", []))
+    # the result row names the allure result (its "uuid" field; allure names the file at random)
+    row = next(r for r in rows(kc.path / "res") if r["test"] == "test_two")
+    assert row["allure_uuid"] == by_name["test_two[reference]"]["uuid"]
     description = by_name["test_two[reference]"]["description"]
     assert "**TEST.A.002** (should): b2" in description and "o2" in description
