@@ -550,12 +550,14 @@ def target(request: pytest.FixtureRequest, kipcheck_targets: TargetPool) -> Targ
     try:
         return kipcheck_targets.get(spec)
     except TargetError as exc:
-        # one line per test, no traceback: the start failure is remembered by the pool
         state.failed_targets[spec.raw] = str(exc)
-        pytest.fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, pytrace=False)
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     except pytest.skip.Exception as exc:
         state.skipped_targets[spec.raw] = str(exc.msg)
         raise
+    # outside the except block: one line per test, no traceback and no exception chain
+    # (the start failure is remembered by the pool and reported once per worker)
+    pytest.fail(message, pytrace=False)
 
 
 @pytest.fixture(scope="session")
