@@ -1,13 +1,17 @@
 """The `kipcheck` command line.
 
     kipcheck certify [--target SPEC]... [--out DIR] [--suite EXPR] [-n WORKERS]
+                     [--test-timeout S] [--time-limit S] [-q] [-- PYTEST_ARGS]
     kipcheck report RESULTS_DIR [--out DIR]
     kipcheck catalog [--kip KIP] [--untested] [--results DIR]
     kipcheck broker [--host H] [--port P] [--brokers N]
     kipcheck target up SPEC
 
-Exit codes: 0 success (certify/report: no test failed on any target), 1 a test failed
-or errored, 2 usage or infrastructure error (message on stderr, no traceback).
+Exit codes: 0 success (certify/report: no test failed on any target; a narrowed run
+reads PARTIAL SCOPE), 1 a test failed or errored, 2 usage or infrastructure error, an
+unreachable target (NOT RUN) or an incomplete run (interrupted, --time-limit, crashed
+worker). Bad input: one line `kipcheck: error: ...` on stderr, never a traceback.
+certify records how complete the run was in OUT/results/run.json (conformance/run_status.py).
 See docs/cli.md.
 """
 

@@ -8,6 +8,13 @@ Options
                            descriptions (targets-<worker>.json) and session.json
   --no-differential        do not run differential scenarios on the reference
   --kipcheck-catalog DIR   requirement catalog directory (default: the packaged one)
+  --kipcheck-deadline-scale F  multiply every test's deadline by F
+  --kipcheck-deadline S    every test's deadline is S seconds (certify --test-timeout)
+
+Marker ``deadline(seconds)``: the test's deadline (default conformance.deadlines); past
+it the test fails with ``did not finish within N s`` and ``timed_out: true`` in its row.
+Non-pass rows carry ``evidence`` (conformance/evidence.py); the controller writes
+``run.json`` (conformance/run_status.py) at session finish.
 
 Marker ``requirement(*ids)``: mandatory for tests under ``conformance/suites/``; ids
 must be in the catalog. Both are collection errors. ``target_kinds(*kinds)`` restricts a
