@@ -477,8 +477,8 @@ def test_xdist_writes_one_results_file_per_worker(kc, monkeypatch):
     result.assert_outcomes(passed=2, failed=1, skipped=3, errors=1)
     result.stdout.fnmatch_lines(["*verdicts: 2 pass, 1 fail, 2 not_supported, 1 error, 1 skipped; divergences recorded: 1*"])
     files = sorted(p.name for p in out.iterdir())
-    assert files == ["results-gw0.jsonl", "results-gw1.jsonl", "run.json", "session.json", "targets-gw0.json",
-                     "targets-gw1.json"]
+    assert files == ["expected.json", "results-gw0.jsonl", "results-gw1.jsonl", "run.json", "session.json",
+                     "targets-gw0.json", "targets-gw1.json"]
     run_json = json.loads((out / "run.json").read_text())
     assert (run_json["status"], run_json["expected_tests"], run_json["finished_tests"]) == ("complete", 7, 7)
     all_rows = rows(out)
