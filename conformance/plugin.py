@@ -313,6 +313,10 @@ class KipcheckState:
     deselected: int = 0
     rows_seen: int = 0
     worker_crashes: list[str] = field(default_factory=list)
+
+    @property
+    def keyboard_interrupt(self) -> bool:
+        return bool(_KEYBOARD_INTERRUPT)
     _catalog: Any = None
     _catalog_error: BaseException | None = None
 
@@ -349,6 +353,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "requirement(*ids): requirement ids from conformance/catalog this test checks")
     config.addinivalue_line("markers", "target_kinds(*kinds): restrict a test to target kinds")
     config.addinivalue_line("markers", "deadline(seconds): this test's deadline (default: conformance.deadlines)")
+    _KEYBOARD_INTERRUPT.clear()
     results = config.getoption("kipcheck_results")
     results_dir = Path(results).resolve() if results else None
     state = KipcheckState(
@@ -986,6 +991,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         _write_run_json(session, state, int(exitstatus))
 
 
+def pytest_keyboard_interrupt(excinfo: Any) -> None:
+    """Tell a SIGINT apart from pytest's other early stops (both exit with status 2);
+    collection errors raise Session.Interrupted, a KeyboardInterrupt subclass."""
+    if not isinstance(excinfo.value, pytest.Session.Interrupted):
+        _KEYBOARD_INTERRUPT.append(True)
+
+
+_KEYBOARD_INTERRUPT: list[bool] = []
+
+
 def _scope(config: pytest.Config, state: KipcheckState) -> dict[str, Any]:
     """Was the selection narrowed (by -k, -m, explicit test ids or paths other than the suites)?"""
     keyword = config.getoption("keyword", "") or None
@@ -1019,9 +1034,13 @@ def _write_run_json(session: pytest.Session, state: KipcheckState, exitstatus: i
     updates: dict[str, Any] = {"scope": _scope(session.config, state), "expected_tests": state.selected,
                                "finished_at": run_status.now_iso(),
                                "duration_s": round(time.time() - state.started_at, 3)}
-    if exitstatus == pytest.ExitCode.INTERRUPTED and not run.get("interrupted"):
+    if exitstatus == pytest.ExitCode.INTERRUPTED and state.keyboard_interrupt and not run.get("interrupted"):
         updates["interrupted"] = {"signal": "SIGINT", "at": run_status.now_iso()}
         reasons.append(f"interrupted after {state.rows_seen} of {state.selected} tests")
+    elif exitstatus == pytest.ExitCode.INTERRUPTED:  # collection errors, -x / --maxfail
+        if session.testscollected == 0 or state.selected is None or state.rows_seen < state.selected:
+            run["status"] = "internal_error"
+            reasons.append(f"pytest stopped early ({session.testsfailed} failure(s)/collection error(s)); see pytest.log")
     if exitstatus == pytest.ExitCode.INTERNAL_ERROR:
         run["status"] = "internal_error"
         reasons.append("pytest hit an internal error")

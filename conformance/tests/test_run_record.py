@@ -132,3 +132,18 @@ def test_target_that_does_not_start_is_recorded_and_fails_fast(pytester, monkeyp
     run = json.loads((pytester.path / "results" / "run.json").read_text())
     assert run["status"] == "target_unreachable"
     assert "broker exploded" in run["unreachable_targets"]["reference:fail=1"]
+
+
+def test_collection_error_is_not_mistaken_for_an_interrupt(pytester, monkeypatch):
+    base = _setup(pytester, monkeypatch, """
+        import pytest
+
+        @pytest.mark.requirement("TEST.A.001")
+        def test_fine(target):
+            pass
+    """, CRASH_CONFTEST)
+    (pytester.path / "conformance" / "suites" / "test_broken.py").write_text("def oops(:\n")
+    pytester.runpytest_subprocess(*base, "--target", "reference", timeout=180)
+    run = json.loads((pytester.path / "results" / "run.json").read_text())
+    assert run["status"] == "internal_error" and run["interrupted"] is None
+    assert any("stopped early" in r for r in run["reasons"])
