@@ -1,13 +1,17 @@
 """The `kipcheck` command line.
 
     kipcheck certify [--target SPEC]... [--out DIR] [--suite EXPR] [-n WORKERS]
+                     [--test-timeout S] [--time-limit S] [-q] [-- PYTEST_ARGS]
     kipcheck report RESULTS_DIR [--out DIR]
     kipcheck catalog [--kip KIP] [--untested] [--results DIR]
     kipcheck broker [--host H] [--port P] [--brokers N]
     kipcheck target up SPEC
 
-Exit codes: 0 success (certify/report: no test failed on any target), 1 a test failed
-or errored, 2 usage or infrastructure error (message on stderr, no traceback).
+Exit codes: 0 success (certify/report: no test failed on any target; a narrowed run
+reads PARTIAL SCOPE), 1 a test failed or errored, 2 usage or infrastructure error, an
+unreachable target (NOT RUN) or an incomplete run (interrupted, --time-limit, crashed
+worker). Bad input: one line `kipcheck: error: ...` on stderr, never a traceback.
+certify records how complete the run was in OUT/results/run.json (conformance/run_status.py).
 See docs/cli.md.
 """
 
@@ -61,7 +65,7 @@ def _version() -> str:
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+        self.exit(EXIT_USAGE, f"kipcheck: error: {self.prog.removeprefix('kipcheck').strip() + ': ' if self.prog != 'kipcheck' else ''}{message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -114,7 +118,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="report files to write: all (report.json and report.html), json or html (default: all)",
     )
     c.add_argument("--no-allure", action="store_true", help="do not write OUT/allure-results")
-    c.add_argument("--quiet", "-q", action="store_true", help="do not echo pytest's output (it is still saved to OUT/pytest.log)")
+    c.add_argument("--quiet", "-q", action="store_true",
+                   help="print only the final summary (pytest's output is always in OUT/pytest.log, "
+                   "client library logs in OUT/run.log)")
+    c.add_argument("--test-timeout", type=float, metavar="SECONDS",
+                   help="deadline of every test, overriding its own (default: per test, see docs/cli.md)")
+    c.add_argument("--time-limit", type=float, metavar="SECONDS",
+                   help="stop the run after SECONDS; what ran is reported and the result is INCOMPLETE")
     c.add_argument("pytest_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
     r = sub.add_parser(
@@ -260,6 +270,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         with contextlib.suppress(Exception):
             sys.stdout = open(os.devnull, "w")
         return EXIT_OK
+    except UnicodeDecodeError as exc:
+        _err(f"cannot read {getattr(exc, 'kipcheck_path', 'an input file')}: not UTF-8 text ({exc.reason} at byte {exc.start})")
+        return EXIT_USAGE
+    except OSError as exc:
+        _err(f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
+        return EXIT_USAGE
+    except Exception as exc:  # noqa: BLE001 - never a traceback on the console
+        if os.environ.get("KIPCHECK_DEBUG"):
+            raise
+        _err(f"unexpected {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} "
+             "(set KIPCHECK_DEBUG=1 for the traceback)")
+        return EXIT_USAGE
 
 
 # ---------------------------------------------------------------------------------
@@ -303,6 +325,27 @@ def _check_importable(module: str) -> None:
         raise UsageError(f"cannot import {module}: is kipcheck installed in this Python ({sys.executable})?")
 
 
+def package_root() -> Path:
+    """The directory holding the kipcheck packages that this Python imports."""
+    import conformance
+
+    return Path(conformance.__file__).resolve().parent.parent
+
+
+PYTEST_INI = """\
+# Written by `kipcheck certify`: pytest reads this file, never a pytest.ini,
+# tox.ini or pyproject.toml found above --out or the current directory.
+[pytest]
+addopts = --strict-markers
+markers =
+    requirement(*ids): requirement ids from conformance/catalog this test checks
+    target_kinds(*kinds): restrict a test to target kinds
+    deadline(seconds): this test's deadline
+    slow: long-running test
+filterwarnings = error::pytest.PytestUnknownMarkWarning
+"""
+
+
 def pytest_command(
     targets: Sequence[str],
     results_dir: Path,
@@ -310,8 +353,16 @@ def pytest_command(
     suite: Sequence[str] | None,
     workers: str,
     extra: Sequence[str] = (),
+    ini: Path | None = None,
+    test_timeout: float | None = None,
 ) -> list[str]:
-    cmd = [sys.executable, "-m", "pytest", "--pyargs", SUITES_PACKAGE, "-p", "no:cacheprovider"]
+    """pytest on the installed suites: rootdir, config file and conftest search are pinned
+    to kipcheck's own, so nothing around --out or the cwd can change what runs."""
+    root = package_root()
+    cmd = [sys.executable, "-m", "pytest", "--pyargs", SUITES_PACKAGE, "-p", "no:cacheprovider",
+           "--rootdir", str(root), "--confcutdir", str(root)]
+    if ini is not None:
+        cmd += ["-c", str(ini)]
     if not _plugin_registered():
         cmd += ["-p", PLUGIN_MODULE]
     for t in targets:
@@ -319,6 +370,8 @@ def pytest_command(
     cmd += ["--kipcheck-results", str(results_dir)]
     if allure_dir is not None:
         cmd += ["--alluredir", str(allure_dir)]
+    if test_timeout is not None:
+        cmd += ["--kipcheck-deadline", f"{test_timeout:g}"]
     cmd += ["-n", str(workers)]
     if suite:
         cmd += ["-k", " or ".join(f"({s})" for s in suite)]
@@ -335,47 +388,110 @@ def _reset_dir(path: Path) -> None:
     path.mkdir(parents=True)
 
 
-def _run_pytest(cmd: list[str], log_path: Path, echo: bool) -> int:
-    """Run pytest, tee its output to log_path (and the console unless quiet)."""
+class _Stop:
+    """Why the CLI stopped pytest early: a signal it received, or --time-limit."""
+
+    def __init__(self) -> None:
+        self.signal: str | None = None
+        self.cause: str | None = None
+        self.at: str | None = None
+        self.count = 0
+
+    def request(self, signal_name: str, cause: str) -> None:
+        self.count += 1
+        if self.signal is None:
+            self.signal, self.cause, self.at = signal_name, cause, _now_iso()
+
+
+STOP_GRACE_S = 60.0
+
+
+def _run_pytest(cmd: list[str], out: Path, progress: Any, time_limit: float | None, stop: _Stop) -> int:
+    """Run pytest in its own process group with stdout in OUT/pytest.log and stderr
+    (librdkafka's log lines among it) in OUT/run.log. SIGINT/SIGTERM to the CLI and
+    --time-limit become SIGINT to pytest's group (controller and workers), which then
+    writes what it can; a second signal, or STOP_GRACE_S without exiting, kills it."""
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
-    with open(log_path, "w", encoding="utf-8") as log:
-        log.write("$ " + " ".join(cmd) + "\n")
-        log.flush()
-        proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True, errors="replace", bufsize=1
-        )
-        try:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                log.write(line)
-                if echo:
-                    sys.stdout.write(line)
-                    sys.stdout.flush()
-            return proc.wait()
-        except KeyboardInterrupt:
-            # The child got SIGINT too (same process group); give it time to finish.
-            try:
-                return proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                return proc.wait()
+    previous = {}
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        name = signal.Signals(signum).name
+        stop.request(name, f"interrupted by {name}")
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(ValueError):  # not the main thread
+            previous[sig] = signal.signal(sig, on_signal)
+    t0 = time.monotonic()
+    try:
+        with open(out / "pytest.log", "w", encoding="utf-8") as log, open(out / "run.log", "w", encoding="utf-8") as err:
+            log.write("$ " + " ".join(cmd) + "\n")
+            log.flush()
+            proc = subprocess.Popen(cmd, stdout=log, stderr=err, env=env, cwd=str(package_root()),
+                                    start_new_session=True)
+            forwarded_at: float | None = None
+            killed = False
+            while True:
+                try:
+                    rc = proc.wait(timeout=0.5)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                progress.tick()
+                if time_limit is not None and stop.signal is None and time.monotonic() - t0 > time_limit:
+                    stop.request("SIGINT", f"stopped by --time-limit {time_limit:g} s")
+                if stop.signal is not None and forwarded_at is None:
+                    forwarded_at = time.monotonic()
+                    _signal_group(proc, signal.SIGINT)
+                if forwarded_at is not None and not killed and (
+                        stop.count > 1 or time.monotonic() - forwarded_at > STOP_GRACE_S):
+                    killed = True
+                    _signal_group(proc, signal.SIGKILL)
+            progress.finish()
+            return rc
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
 
 
 # pytest exit codes: 0 ok, 1 tests failed, 2 interrupted, 3 internal error, 4 usage error, 5 no tests.
 _PYTEST_TROUBLE = {
-    2: "pytest was interrupted (collection errors or Ctrl-C)",
     3: "pytest hit an internal error",
     4: "pytest rejected its command line (is the conformance plugin installed?)",
     5: "no conformance test was selected",
 }
 
 
+def _positive(value: float | None, option: str) -> float | None:
+    if value is not None and not value > 0:
+        raise UsageError(f"{option} must be a positive number of seconds, got {value:g}")
+    return value
+
+
+def _narrowing(suite: Sequence[str] | None, extra: Sequence[str]) -> dict[str, Any]:
+    """Scope facts the CLI knows (the plugin adds -k/-m/explicit ids and the counts)."""
+    explicit = [a for a in extra if not a.startswith("-") and ("::" in a or a.endswith(".py"))]
+    selecting = any(a in ("-k", "-m") or a.startswith(("-k", "-m")) for a in extra)
+    return {"narrowed": bool(suite or explicit or selecting), "suite_exprs": list(suite or []),
+            **({"explicit_tests": explicit} if explicit else {})}
+
+
 def cmd_certify(args: argparse.Namespace) -> int:
+    from conformance import run_status
+    from conformance.preflight import check_all
+    from conformance.progress import Progress
+
     specs = _parse_specs(args.targets or ["reference"])
     workers = str(args.workers)
     if not (workers == "auto" or workers == "logical" or workers.isdigit()):
         raise UsageError(f"-n must be a number or `auto`, got {workers!r}")
+    test_timeout = _positive(args.test_timeout, "--test-timeout")
+    time_limit = _positive(args.time_limit, "--time-limit")
     extra = list(args.pytest_args or [])
     if extra and extra[0] != "--":
         raise UsageError(f"unexpected argument {extra[0]!r} (extra pytest arguments go after `--`)")
@@ -389,43 +505,81 @@ def cmd_certify(args: argparse.Namespace) -> int:
         _reset_dir(results_dir)
         if allure_dir is not None:
             _reset_dir(allure_dir)
+        ini = out / ".kipcheck-pytest.ini"
+        ini.write_text(PYTEST_INI, encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"cannot prepare output directory {out}: {exc}") from None
 
-    cmd = pytest_command(specs, results_dir, allure_dir, args.suite, workers, extra)
-    started = _now_iso()
+    command = ["kipcheck", *getattr(args, "argv", ["certify"])]
+    say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, flush=True))
+    say(f"kipcheck certify: targets {', '.join(specs)} -> {out}")
     t0 = time.monotonic()
-    print(f"kipcheck certify: targets {', '.join(specs)} -> {out}", flush=True)
-    rc = _run_pytest(cmd, out / "pytest.log", echo=not args.quiet)
-    wall = time.monotonic() - t0
-    run = {
-        "command": ["kipcheck", *getattr(args, "argv", ["certify"])],
-        "pytest_command": cmd,
-        "pytest_exit_code": rc,
-        "targets": specs,
-        "suite": " or ".join(args.suite) if args.suite else None,
-        "workers": workers,
-        "started_at": started,
-        "finished_at": _now_iso(),
-        "wall_time_s": round(wall, 3),
-        "results_dir": str(results_dir),
-    }
-    (out / "run.json").write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
+    run = run_status.new_run(command)
+    unreachable = check_all(specs)
+    if unreachable:
+        run = run_status.finalize(results_dir, run, unreachable_targets=unreachable, expected_tests=0,
+                                  scope=_narrowing(args.suite, extra),
+                                  reasons=[f"target {s} unreachable: {r}" for s, r in unreachable.items()],
+                                  finished_at=_now_iso(), duration_s=round(time.monotonic() - t0, 3))
+        run_status.write(results_dir, run)
+        return _finish_certify(run, results_dir, out, args, specs, allure_dir, rc=None)
+
+    cmd = pytest_command(specs, results_dir, allure_dir, args.suite, workers, extra, ini, test_timeout)
+    stop = _Stop()
+    progress = Progress(results_dir, quiet=args.quiet)
+    rc = _run_pytest(cmd, out, progress, time_limit, stop)
+    stored = run_status.load(results_dir) or run
+    stored["command"] = command
+    stored["started_at"] = run["started_at"]
+    updates: dict[str, Any] = {"scope": _narrowing(args.suite, extra), "finished_at": _now_iso(),
+                               "duration_s": round(time.monotonic() - t0, 3), "pytest_command": cmd,
+                               "pytest_exit_code": rc, "workers": workers,
+                               "wall_time_s": round(time.monotonic() - t0, 3)}
+    if not stored.get("scope", {}).get("narrowed") and not updates["scope"]["narrowed"]:
+        updates["scope"].pop("narrowed")
+    if stored.get("expected_tests") is None and progress.expected is not None:
+        updates["expected_tests"] = progress.expected
+    if stop.signal is not None:
+        updates["interrupted"] = {"signal": stop.signal, "at": stop.at}
+        stored["reasons"] = [r for r in stored.get("reasons") or [] if not r.startswith("interrupted after")]
+        done = len(run_status.read_rows(results_dir))
+        expected = stored.get("expected_tests") or updates.get("expected_tests")
+        updates["reasons"] = [f"{stop.cause} after {done} of {expected if expected is not None else '?'} tests"]
+    elif rc == 3:
+        stored["status"] = "internal_error"
+        updates["reasons"] = [f"pytest hit an internal error; see {out / 'pytest.log'}"]
+    elif rc < 0 or rc > 5:
+        updates["worker_crashes"] = [f"pytest died (exit status {rc}); see {out / 'run.log'}"]
+    if stored.get("scope", {}).get("narrowed"):
+        updates["scope"]["narrowed"] = True
+    run = run_status.finalize(results_dir, stored, **updates)
+    run_status.write(results_dir, run)
+    return _finish_certify(run, results_dir, out, args, specs, allure_dir, rc)
+
+
+def _finish_certify(run: dict[str, Any], results_dir: Path, out: Path, args: argparse.Namespace, specs: list[str],
+                    allure_dir: Path | None, rc: int | None) -> int:
+    from conformance import run_status
+    from reports.certification import exit_code
 
     report = _build_and_write(results_dir, out, args.format, target_order=specs)
     if allure_dir is not None:
         _allure_environment(allure_dir, report)
-
-    print()
-    _print_summary(report, out, args.format, allure_dir)
-    from reports.certification import exit_code
-
+    word, line = run_status.outcome(run, report["summary"]["result"])
+    if not args.quiet:
+        print()
+    _print_summary(report, out, args.format, allure_dir, result_line=line)
     code = exit_code(report)
     for t in report["targets"]:
         if t.get("start_error"):
             _err(f"target {t['spec']} failed to start: {t['start_error']}")
+    if word in ("incomplete", "not-run"):
+        return EXIT_USAGE
     if rc in _PYTEST_TROUBLE:
         _err(f"{_PYTEST_TROUBLE[rc]} (pytest exit code {rc}); see {out / 'pytest.log'}")
+        return EXIT_USAGE
+    if rc == 2:
+        _err(f"pytest stopped early (collection errors?); see {out / 'pytest.log'}")
         return EXIT_USAGE
     if rc == 1 and code == EXIT_OK:
         # pytest saw a failure the results rows do not show (e.g. a collection error).
@@ -447,6 +601,8 @@ def _build_and_write(results_dir: Path, out: Path, fmt: str, target_order: list[
                                        deviations_path=deviations)
     except FileNotFoundError as exc:
         raise UsageError(str(exc)) from None
+    except UnicodeDecodeError:
+        raise UsageError(_not_utf8(results_dir)) from None
     try:
         out.mkdir(parents=True, exist_ok=True)
         if fmt in ("all", "json"):
@@ -456,6 +612,17 @@ def _build_and_write(results_dir: Path, out: Path, fmt: str, target_order: list[
     except OSError as exc:
         raise UsageError(f"cannot write the report to {out}: {exc}") from None
     return report
+
+
+def _not_utf8(results_dir: Path) -> str:
+    """Name the results file that is not UTF-8 (rows are JSON lines, always UTF-8)."""
+    for f in sorted(Path(results_dir).iterdir()):
+        if f.is_file() and f.suffix in (".jsonl", ".ndjson", ".json"):
+            try:
+                f.read_bytes().decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return f"cannot read {f}: not UTF-8 text (byte {exc.start}); is it a kipcheck results file?"
+    return f"cannot read the results in {results_dir}: a file is not UTF-8 text"
 
 
 def _allure_environment(allure_dir: Path, report: dict[str, Any]) -> None:
@@ -472,15 +639,15 @@ def _allure_environment(allure_dir: Path, report: dict[str, Any]) -> None:
         (allure_dir / "environment.properties").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def _print_summary(report: dict[str, Any], out: Path, fmt: str, allure_dir: Path | None = None) -> None:
+def _print_summary(report: dict[str, Any], out: Path, fmt: str, allure_dir: Path | None = None,
+                   result_line: str | None = None) -> None:
     from reports.certification import summary_lines
 
     for line in summary_lines(report):
         print(line)
     for p in report.get("problems") or []:
         print(f"warning: {p}")
-    result = report["summary"]["result"]
-    print(f"result: {result.upper()}")
+    print(result_line or f"result: {report['summary']['result'].upper()}")
     if fmt in ("all", "json"):
         print(f"report.json: {out / 'report.json'}")
     if fmt in ("all", "html"):
@@ -505,10 +672,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     _load_catalog_or_fail(args.catalog)
     report = _build_and_write(results_dir, out, args.format, catalog=args.catalog, divergences=args.divergences,
                               deviations=args.deviations)
-    _print_summary(report, out, args.format)
+    from conformance import run_status
     from reports.certification import exit_code
 
-    code = exit_code(report)
+    word, line = run_status.outcome(run_status.load(results_dir), report["summary"]["result"])
+    _print_summary(report, out, args.format, result_line=line)
+    code = EXIT_USAGE if word in ("incomplete", "not-run") else exit_code(report)
     for t in report["targets"]:
         if t.get("start_error"):
             _err(f"target {t['spec']} failed to start: {t['start_error']}")
@@ -603,7 +772,10 @@ def cmd_catalog(args: argparse.Namespace) -> int:
         rdir = Path(args.results)
         if not rdir.is_dir():
             raise UsageError(f"results directory {args.results} does not exist")
-        report = build_report(read_results(rdir), docs)
+        try:
+            report = build_report(read_results(rdir), docs)
+        except UnicodeDecodeError:
+            raise UsageError(_not_utf8(rdir)) from None
         specs = [t["spec"] for t in report["targets"]]
         for r in report["requirements"]:
             if not r["in_catalog"]:

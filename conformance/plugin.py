@@ -8,6 +8,13 @@ Options
                            descriptions (targets-<worker>.json) and session.json
   --no-differential        do not run differential scenarios on the reference
   --kipcheck-catalog DIR   requirement catalog directory (default: the packaged one)
+  --kipcheck-deadline-scale F  multiply every test's deadline by F
+  --kipcheck-deadline S    every test's deadline is S seconds (certify --test-timeout)
+
+Marker ``deadline(seconds)``: the test's deadline (default conformance.deadlines); past
+it the test fails with ``did not finish within N s`` and ``timed_out: true`` in its row.
+Non-pass rows carry ``evidence`` (conformance/evidence.py); the controller writes
+``run.json`` (conformance/run_status.py) at session finish.
 
 Marker ``requirement(*ids)``: mandatory for tests under ``conformance/suites/``; ids
 must be in the catalog. Both are collection errors. ``target_kinds(*kinds)`` restricts a
@@ -26,8 +33,10 @@ Hook for other plugins/conftests: ``pytest_kipcheck_create_target(spec, config)`
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
+import sys
 import os
 import re
 import secrets
@@ -42,6 +51,7 @@ import pytest
 
 from fixtures.target import KINDS, NotSupportedByTarget, Target, TargetError, TargetSpec, parse_target_spec
 
+from conformance import deadlines, evidence
 from conformance.differential import Differential, UniqueIds, safe_name
 
 NOT_SUPPORTED_PREFIX = "not supported by target: "
@@ -102,6 +112,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         metavar="DIR",
         help="requirement catalog directory (default: the packaged conformance/catalog)",
+    )
+    group.addoption(
+        "--kipcheck-deadline-scale",
+        dest="kipcheck_deadline_scale",
+        type=float,
+        default=1.0,
+        metavar="FACTOR",
+        help="multiply every test's deadline (marker or default) by FACTOR (default: 1)",
+    )
+    group.addoption(
+        "--kipcheck-deadline",
+        dest="kipcheck_deadline",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="give every test this deadline, whatever its marker says",
     )
 
 
@@ -190,7 +216,8 @@ class TargetPool:
         with self._lock:
             entry = self._entries.get(spec.raw)
             if entry is None:
-                entry = self._entries[spec.raw] = self._start(spec)
+                with deadlines.paused():  # starting a target is not the test's time
+                    entry = self._entries[spec.raw] = self._start(spec)
         if entry.skip_reason is not None:
             pytest.skip(entry.skip_reason)
         if entry.error is not None:
@@ -282,6 +309,14 @@ class KipcheckState:
     divergences: int = 0
     skipped_targets: dict[str, str] = field(default_factory=dict)
     failed_targets: dict[str, str] = field(default_factory=dict)
+    selected: int | None = None
+    deselected: int = 0
+    rows_seen: int = 0
+    worker_crashes: list[str] = field(default_factory=list)
+
+    @property
+    def keyboard_interrupt(self) -> bool:
+        return bool(_KEYBOARD_INTERRUPT)
     _catalog: Any = None
     _catalog_error: BaseException | None = None
 
@@ -306,6 +341,8 @@ STATE_KEY = pytest.StashKey[KipcheckState]()
 PHASES_KEY = pytest.StashKey[dict]()
 DIVERGENCES_KEY = pytest.StashKey[list]()
 NOT_SUPPORTED_KEY = pytest.StashKey[str]()
+DEADLINE_KEY = pytest.StashKey[dict]()
+_RECORDER = evidence.install()
 
 
 def _state(config: pytest.Config) -> KipcheckState:
@@ -315,6 +352,8 @@ def _state(config: pytest.Config) -> KipcheckState:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "requirement(*ids): requirement ids from conformance/catalog this test checks")
     config.addinivalue_line("markers", "target_kinds(*kinds): restrict a test to target kinds")
+    config.addinivalue_line("markers", "deadline(seconds): this test's deadline (default: conformance.deadlines)")
+    _KEYBOARD_INTERRUPT.clear()
     results = config.getoption("kipcheck_results")
     results_dir = Path(results).resolve() if results else None
     state = KipcheckState(
@@ -330,7 +369,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(_ReportCounter(state), "kipcheck-report-counter")
     if results_dir is not None and not is_xdist_worker(config):
         results_dir.mkdir(parents=True, exist_ok=True)
-        for pattern in ("results-*.jsonl", "targets-*.json", "session.json"):
+        for pattern in ("results-*.jsonl", "targets-*.json", "session.json", "expected.json", "run.json"):
             for old in results_dir.glob(pattern):
                 old.unlink()
 
@@ -418,6 +457,53 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("target", specs, indirect=True, ids=[s.raw for s in specs], scope="session")
 
 
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    if items:
+        state = items[0].config.stash.get(STATE_KEY, None)
+        if state is not None:
+            state.deselected += len(items)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    state = _state(session.config)
+    state.selected = len(session.items)
+    if is_xdist_worker(session.config):
+        session.config.workeroutput["kipcheck_scope"] = {"selected": state.selected, "deselected": state.deselected}
+    elif state.results_dir is not None:
+        from conformance.progress import write_expected
+
+        write_expected(state.results_dir, state.selected)
+
+
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """On the xdist controller: every worker collects the same items."""
+    state = node.config.stash.get(STATE_KEY, None)
+    if state is not None and state.selected is None:
+        state.selected = len(ids)
+        if state.results_dir is not None:
+            from conformance.progress import write_expected
+
+            write_expected(state.results_dir, state.selected)
+
+
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    state = node.config.stash.get(STATE_KEY, None)
+    if state is None:
+        return
+    if error:
+        state.worker_crashes.append(f"{node.gateway.id}: {str(error).strip().splitlines()[-1] if str(error).strip() else 'crashed'}")
+    scope = getattr(node, "workeroutput", {}).get("kipcheck_scope")
+    if scope and state.deselected == 0:
+        state.deselected = int(scope.get("deselected") or 0)
+
+
+def pytest_handlecrashitem(crashitem: str, report: Any, sched: Any) -> None:
+    state = sched.config.stash.get(STATE_KEY, None) if hasattr(sched, "config") else None
+    if state is not None:
+        state.worker_crashes.append(f"a worker crashed running {crashitem}")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """target_kinds(*kinds): tests whose target is of another kind are skipped.
     Registered deviations (conformance/deviations.yaml): the matching test on the named
@@ -477,10 +563,13 @@ def target(request: pytest.FixtureRequest, kipcheck_targets: TargetPool) -> Targ
         return kipcheck_targets.get(spec)
     except TargetError as exc:
         state.failed_targets[spec.raw] = str(exc)
-        raise
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     except pytest.skip.Exception as exc:
         state.skipped_targets[spec.raw] = str(exc.msg)
         raise
+    # outside the except block: one line per test, no traceback and no exception chain
+    # (the start failure is remembered by the pool and reported once per worker)
+    pytest.fail(message, pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -532,11 +621,51 @@ def _not_supported(item: pytest.Item, exc: NotSupportedByTarget) -> BaseExceptio
     return skip
 
 
+TEARDOWN_GRACE_S = 30.0
+
+
+def _deadline_seconds(item: pytest.Item) -> float | None:
+    if not _is_recorded(item):
+        return None
+    mark = item.get_closest_marker("deadline")
+    marker_s = float(mark.args[0]) if mark is not None and mark.args else None
+    return deadlines.deadline_for(marker_s, item.config.getoption("kipcheck_deadline_scale") or 1.0,
+                                  item.config.getoption("kipcheck_deadline"))
+
+
+@contextlib.contextmanager
+def _phase_deadline(item: pytest.Item, phase: str):
+    """One budget for setup + call; teardown gets at least TEARDOWN_GRACE_S to clean up."""
+    if phase == "setup":
+        seconds = _deadline_seconds(item)
+        if seconds is not None:
+            item.stash[DEADLINE_KEY] = {"seconds": seconds, "spent": 0.0, "fired": None}
+    info = item.stash.get(DEADLINE_KEY, None)
+    if info is None:
+        yield
+        return
+    remaining = info["seconds"] - info["spent"]
+    if phase == "teardown":
+        remaining = max(remaining, TEARDOWN_GRACE_S)
+    t0 = time.monotonic()
+    with deadlines.running(max(remaining, 0.001)) as d:
+        try:
+            yield
+        finally:
+            if d is not None:
+                info["spent"] += time.monotonic() - t0 - d.paused_s
+                if d.fired and info["fired"] is None:
+                    info["fired"] = phase
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item: pytest.Item):
     _allure_labels(item)
+    if _RECORDER is not None:
+        _RECORDER.reset()
     try:
-        return (yield)
+        with _phase_deadline(item, "setup"):
+            return (yield)
     except NotSupportedByTarget as exc:
         raise _not_supported(item, exc) from exc
 
@@ -545,9 +674,16 @@ def pytest_runtest_setup(item: pytest.Item):
 def pytest_runtest_call(item: pytest.Item):
     _allure_description(item)
     try:
-        return (yield)
+        with _phase_deadline(item, "call"):
+            return (yield)
     except NotSupportedByTarget as exc:
         raise _not_supported(item, exc) from exc
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    with _phase_deadline(item, "teardown"):
+        return (yield)
 
 
 def _allure_active(config: pytest.Config) -> bool:
@@ -571,10 +707,10 @@ def _allure_labels(item: pytest.Item) -> None:
             pass
         kips: list[str] = []
         for rid in ids:
+            # requirement ids are labels and tags, not links: an allure link needs a URL
             allure.dynamic.label("requirement", rid)
             allure.dynamic.tag(rid)
             allure.dynamic.story(rid)
-            allure.dynamic.link(rid, link_type="requirement", name=rid)
             if catalog is not None and rid in catalog and catalog.get(rid).kip not in kips:
                 kips.append(catalog.get(rid).kip)
         if kips:
@@ -712,7 +848,14 @@ def build_row(item: pytest.Item, phases: dict[str, pytest.TestReport]) -> dict[s
     if spec is not None:
         started = state.pool.started(spec)
         target_version = started.version if started is not None else spec.version
-    return {
+    info = item.stash.get(DEADLINE_KEY, None)
+    timed_out = bool(info and info["fired"])
+    if timed_out:
+        verdict = "fail"
+        reason = deadlines.TIMEOUT_REASON.format(seconds=info["seconds"])
+        if info["fired"] != "call":
+            reason += f" (stopped during {info['fired']})"
+    row = {
         "nodeid": item.nodeid,
         "test": _test_name(item),
         "suite": _suite_name(item),
@@ -725,6 +868,44 @@ def build_row(item: pytest.Item, phases: dict[str, pytest.TestReport]) -> dict[s
         "duration_s": round(sum(r.duration for r in phases.values()), 6),
         "divergences": list(item.stash.get(DIVERGENCES_KEY, [])),
     }
+    if timed_out:
+        row["timed_out"] = True
+        row["deadline_s"] = info["seconds"]
+    if verdict != "pass":
+        row["evidence"] = _evidence(item, phases, spec)
+    uuid = _allure_uuid(item)
+    if uuid:
+        row["allure_uuid"] = uuid
+    return row
+
+
+def _assertion_text(phases: dict[str, pytest.TestReport]) -> str | None:
+    for when in ("call", "setup", "teardown"):
+        rep = phases.get(when)
+        if rep is not None and rep.failed:
+            crash = getattr(rep.longrepr, "reprcrash", None)
+            return str(crash.message) if crash is not None else str(rep.longrepr)
+    return None
+
+
+def _evidence(item: pytest.Item, phases: dict[str, pytest.TestReport], spec: TargetSpec | None) -> dict[str, Any]:
+    state = _state(item.config)
+    target = state.pool.started(spec) if spec is not None else None
+    exchanges = _RECORDER.snapshot() if _RECORDER is not None else []
+    return evidence.build(_assertion_text(phases), exchanges, list(item.stash.get(DIVERGENCES_KEY, [])), target)
+
+
+def _allure_uuid(item: pytest.Item) -> str | None:
+    """The allure result uuid of this test: the "uuid" field of its allure-results/*-result.json
+    (allure-commons names the file itself with a fresh uuid4, so match on the field)."""
+    listener = item.config.pluginmanager.get_plugin("allure_listener")
+    if listener is None:
+        return None
+    try:
+        uuid = listener._cache.get(item.nodeid)
+        return str(uuid) if uuid else None
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def _json_default(value: Any) -> Any:
@@ -769,6 +950,7 @@ class _ReportCounter:
         if report.when != "teardown" or not isinstance(row, dict):
             return
         state = self.state
+        state.rows_seen += 1
         verdict = row.get("verdict", "error")
         state.verdicts[verdict] = state.verdicts.get(verdict, 0) + 1
         state.divergences += len(row.get("divergences") or ())
@@ -806,6 +988,73 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             "divergences": state.divergences,
         }
         (state.results_dir / "session.json").write_text(json.dumps(session_info, indent=2), encoding="utf-8")
+        _write_run_json(session, state, int(exitstatus))
+
+
+def pytest_keyboard_interrupt(excinfo: Any) -> None:
+    """Tell a SIGINT apart from pytest's other early stops (both exit with status 2);
+    collection errors raise Session.Interrupted, a KeyboardInterrupt subclass."""
+    if not isinstance(excinfo.value, pytest.Session.Interrupted):
+        _KEYBOARD_INTERRUPT.append(True)
+
+
+_KEYBOARD_INTERRUPT: list[bool] = []
+
+
+def _scope(config: pytest.Config, state: KipcheckState) -> dict[str, Any]:
+    """Was the selection narrowed (by -k, -m, explicit test ids or paths other than the suites)?"""
+    keyword = config.getoption("keyword", "") or None
+    markexpr = config.getoption("markexpr", "") or None
+    explicit = [a for a in config.args if not _whole_suites(a)]
+    selected = state.selected
+    return {
+        "narrowed": bool(keyword or markexpr or explicit or state.deselected),
+        "suite_exprs": [],
+        "keyword": keyword,
+        "markexpr": markexpr,
+        "explicit_tests": explicit,
+        "collected": None if selected is None else selected + state.deselected,
+        "selected": selected,
+        "deselected": state.deselected,
+    }
+
+
+def _whole_suites(arg: str) -> bool:
+    arg = str(arg).rstrip("/")
+    return arg in (".".join(SUITES_PARTS), "/".join(SUITES_PARTS)) or arg.endswith("/" + "/".join(SUITES_PARTS))
+
+
+def _write_run_json(session: pytest.Session, state: KipcheckState, exitstatus: int) -> None:
+    """run.json (conformance/run_status.py): the controller's view of completeness."""
+    from conformance import run_status
+
+    run = run_status.load(state.results_dir) or run_status.new_run(["pytest", *session.config.invocation_params.args])
+    run["started_at"] = datetime.datetime.fromtimestamp(state.started_at, datetime.timezone.utc).replace(microsecond=0).isoformat()
+    reasons: list[str] = []
+    updates: dict[str, Any] = {"scope": _scope(session.config, state), "expected_tests": state.selected,
+                               "finished_at": run_status.now_iso(),
+                               "duration_s": round(time.time() - state.started_at, 3)}
+    if exitstatus == pytest.ExitCode.INTERRUPTED and state.keyboard_interrupt and not run.get("interrupted"):
+        updates["interrupted"] = {"signal": "SIGINT", "at": run_status.now_iso()}
+        reasons.append(f"interrupted after {state.rows_seen} of {state.selected} tests")
+    elif exitstatus == pytest.ExitCode.INTERRUPTED:  # collection errors, -x / --maxfail
+        if session.testscollected == 0 or state.selected is None or state.rows_seen < state.selected:
+            run["status"] = "internal_error"
+            reasons.append(f"pytest stopped early ({session.testsfailed} failure(s)/collection error(s)); see pytest.log")
+    if exitstatus == pytest.ExitCode.INTERNAL_ERROR:
+        run["status"] = "internal_error"
+        reasons.append("pytest hit an internal error")
+    if state.worker_crashes:
+        updates["worker_crashes"] = state.worker_crashes
+        reasons.extend(state.worker_crashes)
+    if state.failed_targets:
+        updates["unreachable_targets"] = {s: r.splitlines()[0] for s, r in state.failed_targets.items()}
+        reasons.extend(f"target {s} did not start" for s in state.failed_targets)
+    updates["reasons"] = reasons
+    try:
+        run_status.write(state.results_dir, run_status.finalize(state.results_dir, run, **updates))
+    except OSError as exc:
+        warnings.warn(pytest.PytestWarning(f"kipcheck: cannot write run.json: {exc}"))
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

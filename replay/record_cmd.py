@@ -8,6 +8,10 @@ Parquet encoding off the forwarding path's GIL: lower added latency, at the cost
 pickling every frame (see benchmarks/proxy_overhead.py and docs/traces.md).
 Prints one line ``kipcheck record: listening <bootstrap> -> <upstream>`` once ready, so a
 caller (or a test) can point clients at the proxy.
+
+Bad --upstream/--listen: one line ``kipcheck: error: ...``, exit 2. An upstream that does
+not accept TCP at start is a one-line warning, not a refusal: a capture proxy is often
+started before the cluster it fronts, and every client connection dials upstream anew.
 """
 
 from __future__ import annotations
@@ -49,23 +53,76 @@ async def _run(upstream: str, listen: str, out_dir: str, payloads: str, segment_
 
 
 WRITERS = ("thread", "process")
+PROBE_TIMEOUT_S = 3.0
+
+
+def _fail(msg: str) -> int:
+    print(f"kipcheck: error: {msg}", file=sys.stderr, flush=True)
+    return 2
+
+
+def check_addresses(upstream: str, listen: str) -> str | None:
+    """A one-line problem with --upstream/--listen, or None (before any socket is opened)."""
+    from replay.proxy import parse_hostport
+
+    pieces = [p for p in upstream.split(",") if p.strip()]
+    if not pieces:
+        return "--upstream needs host:port[,host:port...]"
+    for piece in pieces:
+        try:
+            _, port = parse_hostport(piece)
+        except ValueError:
+            return f"--upstream: expected host:port[,host:port...], got {upstream!r}"
+        if not 0 < port <= 65535:
+            return f"--upstream: port out of range in {piece!r}"
+    try:
+        _, port = parse_hostport(listen)
+    except ValueError:
+        return f"--listen: expected host:port, got {listen!r}"
+    if not 0 <= port <= 65535:
+        return f"--listen: port out of range in {listen!r}"
+    return None
+
+
+def upstream_unreachable(upstream: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
+    """Why no upstream bootstrap address accepts TCP now, or None. Recording still starts
+    (a proxy is often started before its cluster); the caller warns in one line."""
+    import socket
+
+    from replay.proxy import parse_hostport
+
+    errors = []
+    for piece in (p for p in upstream.split(",") if p.strip()):
+        host, port = parse_hostport(piece)
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            return None
+        except OSError as exc:
+            errors.append(f"{host}:{port}: {exc.strerror or exc}")
+    return "; ".join(errors)
 
 
 def record(upstream: str, listen: str, out_dir: str, payloads: str = "keep", *,
            segment_max_bytes: int = 64 << 20, segment_max_seconds: float = 60.0,
            advertised_host: str | None = None, writer: str = "thread") -> int:
     if payloads not in PAYLOAD_MODES:
-        print(f"kipcheck record: --payloads must be one of {', '.join(PAYLOAD_MODES)}", file=sys.stderr)
-        return 2
+        return _fail(f"--payloads must be one of {', '.join(PAYLOAD_MODES)}")
     if writer not in WRITERS:
-        print(f"kipcheck record: --writer must be one of {', '.join(WRITERS)}", file=sys.stderr)
-        return 2
+        return _fail(f"--writer must be one of {', '.join(WRITERS)}")
+    problem = check_addresses(upstream, listen)
+    if problem:
+        return _fail(problem)
+    if segment_max_bytes <= 0 or segment_max_seconds <= 0:
+        return _fail("--segment-max-bytes and --segment-max-seconds must be positive")
+    unreachable = upstream_unreachable(upstream)
+    if unreachable:
+        print(f"kipcheck: warning: upstream {upstream} is not reachable now ({unreachable}); "
+              "recording starts anyway and connects per client connection", file=sys.stderr, flush=True)
     try:
         return asyncio.run(_run(upstream, listen, out_dir, payloads, segment_max_bytes, segment_max_seconds,
                                 advertised_host, writer_kind=writer))
     except OSError as exc:
-        print(f"kipcheck record: {exc}", file=sys.stderr)
-        return 2
+        return _fail(f"cannot record: {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
     except KeyboardInterrupt:
         return 130
 

@@ -243,7 +243,7 @@ def test_target_that_fails_to_start_fails_its_tests(kc):
     result = run(kc, "--target", "kafka-native:4.0.0:fail=1")
     # setup errors, not skips; start attempted once for both tests
     result.assert_outcomes(errors=2)
-    result.stdout.fnmatch_lines(["*TargetError: target kafka-native:4.0.0:fail=1 failed to start: RuntimeError: broker exploded*"])
+    result.stdout.fnmatch_lines(["*target kafka-native:4.0.0:fail=1 failed to start: RuntimeError: broker exploded*"])
     assert [e for e in lifecycle(kc) if e.startswith("start kafka")] == ["start kafka-native:4.0.0:fail=1 main"]
 
 
@@ -349,7 +349,8 @@ def test_result_rows(kc):
         "test_error",
     }  # test_unrelated (outside suites, no marker, no target) is not a conformance row
     for row in got.values():
-        assert list(row) == ROW_KEYS
+        assert list(row)[: len(ROW_KEYS)] == ROW_KEYS
+        assert ("evidence" in row) == (row["verdict"] != "pass")  # evidence on every non-pass row
     assert got["test_pass"] == {
         "nodeid": "conformance/suites/test_verdicts.py::test_pass[kafka-native:4.1.0]",
         "test": "test_pass",
@@ -476,7 +477,10 @@ def test_xdist_writes_one_results_file_per_worker(kc, monkeypatch):
     result.assert_outcomes(passed=2, failed=1, skipped=3, errors=1)
     result.stdout.fnmatch_lines(["*verdicts: 2 pass, 1 fail, 2 not_supported, 1 error, 1 skipped; divergences recorded: 1*"])
     files = sorted(p.name for p in out.iterdir())
-    assert files == ["results-gw0.jsonl", "results-gw1.jsonl", "session.json", "targets-gw0.json", "targets-gw1.json"]
+    assert files == ["expected.json", "results-gw0.jsonl", "results-gw1.jsonl", "run.json", "session.json",
+                     "targets-gw0.json", "targets-gw1.json"]
+    run_json = json.loads((out / "run.json").read_text())
+    assert (run_json["status"], run_json["expected_tests"], run_json["finished_tests"]) == ("complete", 7, 7)
     all_rows = rows(out)
     assert len(all_rows) == 7 and len({r["nodeid"] for r in all_rows}) == 7
     starts = [e for e in lifecycle(kc) if e.startswith("start kafka-native")]
@@ -486,13 +490,17 @@ def test_xdist_writes_one_results_file_per_worker(kc, monkeypatch):
 def test_allure_labels(kc):
     suite(kc, "test_two", TWO_TESTS)
     allure_dir = kc.path / "allure"
-    run(kc, "--alluredir", str(allure_dir)).assert_outcomes(passed=2)
+    run(kc, "--alluredir", str(allure_dir), "--kipcheck-results", str(kc.path / "res")).assert_outcomes(passed=2)
     results = [json.loads(p.read_text()) for p in allure_dir.glob("*-result.json")]
     assert len(results) == 2
     by_name = {r["name"]: r for r in results}
     labels = {(lab["name"], lab["value"]) for lab in by_name["test_two[reference]"]["labels"]}
     assert {("requirement", "TEST.A.001"), ("requirement", "TEST.A.002"), ("feature", "TEST"), ("target", "reference")} <= labels
-    links = {(link["type"], link["name"]) for link in by_name["test_two[reference]"].get("links", [])}
-    assert ("requirement", "TEST.A.002") in links
+    assert ("tag", "TEST.A.002") in labels
+    # an allure link is a URL; requirement ids are labels and tags, never links
+    assert all("://" in link["url"] for link in by_name["test_two[reference]"].get("links", []))
+    # the result row names the allure result (its "uuid" field; allure names the file at random)
+    row = next(r for r in rows(kc.path / "res") if r["test"] == "test_two")
+    assert row["allure_uuid"] == by_name["test_two[reference]"]["uuid"]
     description = by_name["test_two[reference]"]["description"]
     assert "**TEST.A.002** (should): b2" in description and "o2" in description

@@ -21,6 +21,9 @@ from reference_impl.protocol import framing, payloads
 _SIZE = struct.Struct(">i")
 # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE
 _RETRIABLE_COORDINATOR_ERRORS = {14, 15}
+# Callables observer(client, request_payload, response_payload_or_None): the conformance
+# plugin keeps a test's last exchanges as evidence (conformance/evidence.py).
+EXCHANGE_OBSERVERS: list[Any] = []
 
 
 class ConnectionClosed(ConnectionError):
@@ -102,6 +105,8 @@ class RawClient:
         got_id, body = decoded.correlation_id, decoded.body
         if got_id != correlation_id:
             raise framing.PayloadDecodeError(f"correlation id {got_id} does not match request {correlation_id}")
+        for observe in EXCHANGE_OBSERVERS:
+            observe(self, payload, body)
         return body
 
     def request(self, api_key: int, api_version: int, /, **fields: Any) -> Any:

@@ -1,0 +1,126 @@
+"""Per-test deadlines: a broken broker fails a test, it never hangs the run.
+
+Every recorded test (conformance suites, tests using the ``target`` fixture) runs under
+a deadline: ``@pytest.mark.deadline(seconds)`` or DEFAULT_DEADLINE_S, times
+``--kipcheck-deadline-scale``, or ``--kipcheck-deadline`` for every test (certify's
+``--test-timeout``). The deadline is a SIGALRM timer in the main thread whose handler
+raises DeadlineExceeded, so the worker survives and the next test runs (unlike a
+thread-dump-and-exit timeout). librdkafka's ``flush()``/``poll()`` wait in short slices
+and check for pending signals, so they are interrupted too; a C call that never checks
+(``Consumer.consume()``) is interrupted when it returns.
+
+DeadlineExceeded derives from BaseException so a test's ``except Exception`` does not
+swallow it; the timer re-fires every REFIRE_S until the test ends, in case it does.
+Time spent starting a target (the first test on a worker pays it) is not counted:
+``paused()`` suspends the timer around the pool's start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+from typing import Any, Iterator
+
+# Measured on a reference run (`kipcheck certify --out /tmp/cert0`, 181 rows): slowest test
+# 16.5 s, median < 1 s. On real Kafka some tests wait up to 120 s for a share coordinator
+# under load (conformance/suites/kip932), so the default leaves room above that; tests
+# that need more say so with @pytest.mark.deadline(seconds).
+DEFAULT_DEADLINE_S = 300.0
+REFIRE_S = 2.0
+TIMEOUT_REASON = "did not finish within {seconds:g} s"
+
+
+class DeadlineExceeded(BaseException):
+    """Raised in the test's main thread when its deadline passes."""
+
+
+def available() -> bool:
+    return hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
+
+
+def deadline_for(marker_seconds: float | None, scale: float = 1.0, override: float | None = None) -> float:
+    """The deadline of one test: the override wins; else marker or default, scaled."""
+    if override is not None:
+        return float(override)
+    base = DEFAULT_DEADLINE_S if marker_seconds is None else float(marker_seconds)
+    return base * scale
+
+
+class Deadline:
+    """One test's timer. `fired` tells whether the deadline passed."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.fired = False
+        self._remaining: float | None = None
+        self._paused_at: float | None = None
+        self.paused_s = 0.0
+        self._previous: Any = None
+        self._armed_at = 0.0
+
+    def _on_alarm(self, _signum: int, _frame: Any) -> None:
+        self.fired = True
+        raise DeadlineExceeded(TIMEOUT_REASON.format(seconds=self.seconds))
+
+    def start(self) -> None:
+        self._previous = signal.signal(signal.SIGALRM, self._on_alarm)
+        self._arm(self.seconds)
+
+    def _arm(self, seconds: float) -> None:
+        self._armed_at = time.monotonic()
+        signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001), REFIRE_S)
+
+    def pause(self) -> None:
+        remaining, _ = signal.setitimer(signal.ITIMER_REAL, 0)
+        self._remaining = remaining if remaining > 0 else 0.001
+        self._paused_at = time.monotonic()
+
+    def resume(self) -> None:
+        if self._remaining is not None:
+            self._arm(self._remaining)
+            self._remaining = None
+        if self._paused_at is not None:
+            self.paused_s += time.monotonic() - self._paused_at
+            self._paused_at = None
+
+    def stop(self) -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        if self._previous is not None:
+            signal.signal(signal.SIGALRM, self._previous)
+            self._previous = None
+
+
+_current: Deadline | None = None
+
+
+@contextlib.contextmanager
+def running(seconds: float | None) -> Iterator[Deadline | None]:
+    """Run the body under a deadline (no-op when None or SIGALRM is unavailable)."""
+    global _current
+    if seconds is None or not available():
+        yield None
+        return
+    d = Deadline(seconds)
+    _current = d
+    d.start()
+    try:
+        yield d
+    finally:
+        d.stop()
+        _current = None
+
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """Suspend the running test's deadline (e.g. while a target starts)."""
+    d = _current
+    if d is None or not available():
+        yield
+        return
+    d.pause()
+    try:
+        yield
+    finally:
+        d.resume()
