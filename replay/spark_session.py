@@ -10,6 +10,7 @@ executors, which do not have kipcheck installed.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
 import zipfile
@@ -21,6 +22,7 @@ PACKAGES = ("replay", "reference_impl", "chaos", "conformance", "fixtures")
 _ROOT = Path(__file__).resolve().parent.parent
 
 
+_FILE_IN_MESSAGE = re.compile(r"file:(?://)?(/[^\s'\"\]),]+\.parquet)")  # Spark names the file it failed on
 LOG_ENV = "KIPCHECK_SPARK_LOG"  # where Spark's own log4j output goes (default: a file in the temp dir)
 _LOG4J2 = """status = error
 appender.file.type = File
@@ -52,6 +54,9 @@ def failure_line(exc: BaseException) -> str:
     java = getattr(exc, "java_exception", None)
     text = str(java.getMessage() if java is not None else exc) or type(exc).__name__
     first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
+    files = sorted(set(_FILE_IN_MESSAGE.findall(text)))
+    if files and files[0] not in first:
+        first += f" (file {files[0]})"
     where = f" (Spark log: {spark_log_path()})" if java is not None else ""
     return f"{type(exc).__name__}: {first}{where}"
 
