@@ -47,11 +47,11 @@ DAMAGE = {"flipped-chunk": flip_chunk, "truncated": truncate, "not-parquet": gar
 
 @pytest.fixture(scope="module")
 def table():
-    return build_table(600, seed=5, anomalies=False)[0]
+    return build_table(300, seed=5, anomalies=False)[0]
 
 
 def make_trace(table, d) -> list[str]:
-    write_segments(table, str(d), rows_per_segment=200)
+    write_segments(table, str(d), rows_per_segment=100)
     return _segments(d)
 
 
