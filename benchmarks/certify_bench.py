@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -21,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-COLUMNS = ("target", "workers", "wall s", "pass", "fail", "not supp.", "exit", "load before", "load after")
+COLUMNS = ("target", "workers", "wall s", "cpu s", "pass", "fail", "not supp.", "exit", "load before", "load after")
 QUICK_SELECTION = "kip98"
 
 
@@ -44,6 +45,7 @@ def certify_once(target: str, workers: str, quick: bool, timeout_s: float) -> di
     if quick:
         cmd += ["--suite", QUICK_SELECTION]
     load_before = os.getloadavg()[0]
+    cpu_before = _children_cpu_s()
     started = time.monotonic()
     try:
         proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=timeout_s,
@@ -56,14 +58,23 @@ def certify_once(target: str, workers: str, quick: bool, timeout_s: float) -> di
     report = Path(out) / "report.json"
     if report.exists():
         tests = json.loads(report.read_text())["summary"]["tests"]
-    return {"target": target, "workers": workers, "wall_s": round(wall, 1), "exit": code,
+    return {"target": target, "workers": workers, "wall_s": round(wall, 1),
+            "cpu_s": round(_children_cpu_s() - cpu_before, 1), "exit": code,
             "pass": tests.get("pass"), "fail": tests.get("fail", 0) + tests.get("error", 0) if tests else None,
             "not_supported": tests.get("not_supported"), "load_before": round(load_before, 1),
             "load_after": round(os.getloadavg()[0], 1), "out": out}
 
 
+def _children_cpu_s() -> float:
+    """User + system CPU of waited-for descendants (the certify run, its pytest workers,
+    the copier subprocesses): what the run costs whatever the load; CPU s / cores is the
+    shortest wall time any worker count can reach on an idle machine."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def table_lines(rows: list[dict[str, Any]]) -> list[str]:
-    keys = ("target", "workers", "wall_s", "pass", "fail", "not_supported", "exit", "load_before", "load_after")
+    keys = ("target", "workers", "wall_s", "cpu_s", "pass", "fail", "not_supported", "exit", "load_before", "load_after")
     cells = [[str(r[k]) for k in keys] for r in rows]
     widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(COLUMNS)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(COLUMNS, widths))]
