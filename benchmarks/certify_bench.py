@@ -29,7 +29,7 @@ QUICK_SELECTION = "kip98"
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.run --suite certify", description=__doc__.splitlines()[0])
     p.add_argument("--targets", default="reference,reference:nodes=3", help="comma-separated target specs")
-    p.add_argument("--workers", default="1,4", help="comma-separated xdist worker counts (default 1,4)")
+    p.add_argument("--workers", default="1,6", help="comma-separated xdist worker counts (default 1,6: the old and the new certify default)")
     p.add_argument("--repeat", type=int, default=1, help="rounds over all pairs (default 1)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds one certify run may take (default 1800)")
     p.add_argument("--quick", action="store_true", help=f"certify the {QUICK_SELECTION} suite only")
