@@ -8,6 +8,8 @@ Suites (each prints its own table):
   trace-check  `kipcheck check` throughput on synthetic traces, Spark local[1]/local[2]
                (benchmarks/trace_check_bench.py);
   trace-diff   `kipcheck diff` throughput, Spark vs the DuckDB baseline (benchmarks/trace_diff_bench.py);
+  certify      `kipcheck certify` wall time per target and worker count, side by side
+               (benchmarks/certify_bench.py; not part of `all`: minutes per row);
   all          every suite above, one after the other.
 Stops by itself.
 """
@@ -239,6 +241,7 @@ OTHER_SUITES = {
     "proxy": "benchmarks.proxy_overhead",
     "trace-check": "benchmarks.trace_check_bench",
     "trace-diff": "benchmarks.trace_diff_bench",
+    "certify": "benchmarks.certify_bench",
 }
 SUITES = ("broker", *OTHER_SUITES, "all")
 
@@ -275,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     if suite in OTHER_SUITES:
         return _run_other(suite, rest)  # every option goes to that suite
     if suite == "all":
-        codes = [_broker_main(_common_args(rest))] + [_run_other(name, _common_args(rest, name)) for name in OTHER_SUITES]
+        codes = [_broker_main(_common_args(rest))] + [_run_other(name, _common_args(rest, name))
+                                                      for name in OTHER_SUITES if name != "certify"]
         return max(codes)
     return _broker_main(rest)
 

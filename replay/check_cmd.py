@@ -61,7 +61,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def validate_segments(directory: str) -> tuple[list[str], tr.TraceReport]:
-    """Completed segments to read; raises TraceError naming the file (and offset) otherwise."""
+    """Completed segments to read; raises TraceError naming the file (and offset) otherwise.
+
+    Every column chunk is decoded here (pyarrow) whatever the engine, so Spark and the pure
+    engine refuse exactly the same damaged input, with the same one-line message."""
     if not os.path.isdir(directory):
         raise tr.TraceError(f"trace directory {directory} does not exist")
     done, partial = tr.list_segments(directory)
@@ -73,11 +76,14 @@ def validate_segments(directory: str) -> tuple[list[str], tr.TraceReport]:
             raise tr.TraceCorruptError(path, bad[0], bad[1], report)
         try:
             version = tr.segment_version(path)
-            rows = tr.pq.read_metadata(path).num_rows
         except Exception as exc:  # noqa: BLE001 - any footer failure is corruption
-            raise tr.TraceCorruptError(path, f"unreadable footer: {exc}", size - 8, report) from exc
+            raise tr.TraceCorruptError(path, f"unreadable footer: {tr.one_line(exc)}", size - 8, report) from exc
         if version is None or not version.isdigit() or int(version) not in tr.ts.SUPPORTED_VERSIONS:
             raise tr.UnknownSchemaVersion(path, version)
+        try:
+            rows = tr.verify_segment(path)  # every chunk decodes, for either engine
+        except tr.TraceCorruptError as exc:
+            raise tr.TraceCorruptError(path, exc.why, exc.offset, report) from exc
         report.read.append(tr.SegmentInfo(path, size, rows))
     for path in partial:
         report.skipped.append(tr.SegmentInfo(path, os.path.getsize(path), 0,
@@ -214,7 +220,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"kipcheck check: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # noqa: BLE001 - Spark/IO failures end the job with a reason, not a traceback
-        print(f"kipcheck check: failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", file=sys.stderr)
+        from replay.spark_session import failure_line
+
+        print(f"kipcheck check: failed: {failure_line(exc)}", file=sys.stderr)
         return 2
     unknown = set(counts) - set(BY_ID)
     if unknown:

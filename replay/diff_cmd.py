@@ -79,7 +79,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = (_run_pure if args.engine == "pure" else _run_spark)(inputs, args)
     except Exception as exc:  # noqa: BLE001 - the job failed: say so, exit 2, never a partial report
-        print(f"kipcheck diff: error: the {args.engine} diff failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        from replay.spark_session import failure_line
+
+        print(f"kipcheck diff: error: the {args.engine} diff failed: {failure_line(exc)}", file=sys.stderr)
         return EXIT_ERROR
     summary = diff_report.build_summary(args.engine, inputs, result, args.json)
     diff_report.write_summary(args.out, summary)

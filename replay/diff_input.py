@@ -102,13 +102,14 @@ def inspect_trace(directory: str, *, allow_partial: bool = False, skip_undecoded
 def _inspect_segment(path: str, found: TraceInput, pending: int) -> None:
     try:
         _check_header(path)
+        tr.verify_segment(path)  # every chunk, not only the peeked ones: Spark reads them all
         table = pq.read_table(path, columns=_PEEK_COLUMNS)
     except tr.UnknownSchemaVersion as exc:
         raise DiffInputError(f"{exc} ({_counts(found, pending)})") from exc
     except tr.TraceCorruptError as exc:
         raise DiffInputError(f"{exc} ({_counts(found, pending)})") from exc
     except Exception as exc:  # noqa: BLE001 - pyarrow's own errors for damaged pages
-        raise DiffInputError(f"corrupt trace segment {path}: {exc} ({_counts(found, pending)})") from exc
+        raise DiffInputError(f"corrupt trace segment {path}: {tr.one_line(exc)} ({_counts(found, pending)})") from exc
     found.files.append(path)
     found.rows += table.num_rows
     kinds = table.column("kind")
@@ -132,6 +133,6 @@ def _check_header(path: str) -> None:
     try:
         version = tr.segment_version(path)
     except Exception as exc:  # noqa: BLE001
-        raise tr.TraceCorruptError(path, f"unreadable footer: {exc}", size - 8) from exc
+        raise tr.TraceCorruptError(path, f"unreadable footer: {tr.one_line(exc)}", size - 8) from exc
     if version is None or not version.isdigit() or int(version) not in ts.SUPPORTED_VERSIONS:
         raise tr.UnknownSchemaVersion(path, version)

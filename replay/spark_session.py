@@ -10,6 +10,7 @@ executors, which do not have kipcheck installed.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
 import zipfile
@@ -21,9 +22,43 @@ PACKAGES = ("replay", "reference_impl", "chaos", "conformance", "fixtures")
 _ROOT = Path(__file__).resolve().parent.parent
 
 
+_FILE_IN_MESSAGE = re.compile(r"file:(?://)?(/[^\s'\"\]),]+\.parquet)")  # Spark names the file it failed on
+LOG_ENV = "KIPCHECK_SPARK_LOG"  # where Spark's own log4j output goes (default: a file in the temp dir)
+_LOG4J2 = """status = error
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{HH:mm:ss.SSS}} %-5level %logger{{1}} - %msg%n
+rootLogger.level = warn
+rootLogger.appenderRef.file.ref = file
+"""
+
+
+def spark_log_path() -> str:
+    return os.environ.get(LOG_ENV) or os.path.join(tempfile.gettempdir(), f"kipcheck-spark-{os.getuid()}.log")
+
+
 def _quiet_java_options() -> str:
-    # Spark 4 on Java 17 needs no --add-opens for our use; keep the driver's log noise low.
-    return "-Dlog4j2.level=WARN"
+    """Spark 4 on Java 17 needs no --add-opens for our use. Spark's log4j output (task
+    failures come with whole Java stacks) goes to a log file, never to our stdout/stderr:
+    the commands print one line per failure themselves."""
+    conf = Path(tempfile.gettempdir()) / f"kipcheck-log4j2-{os.getuid()}.properties"
+    conf.write_text(_LOG4J2.format(log=spark_log_path()))
+    return f"-Dlog4j2.configurationFile=file:{conf}"
+
+
+def failure_line(exc: BaseException) -> str:
+    """One line for a failed Spark job: the Java exception's own message (its first line),
+    never the Py4J wrapper's Java stack."""
+    java = getattr(exc, "java_exception", None)
+    text = str(java.getMessage() if java is not None else exc) or type(exc).__name__
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
+    files = sorted(set(_FILE_IN_MESSAGE.findall(text)))
+    if files and files[0] not in first:
+        first += f" (file {files[0]})"
+    where = f" (Spark log: {spark_log_path()})" if java is not None else ""
+    return f"{type(exc).__name__}: {first}{where}"
 
 
 def package_zip(dest_dir: str | None = None) -> str:

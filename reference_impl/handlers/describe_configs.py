@@ -1,4 +1,5 @@
-"""DescribeConfigs (key 32), v1-v4: the GROUP resource (type 32) only.
+"""DescribeConfigs (key 32), v1-v4: the GROUP resource (type 32) and the limits of the
+BROKER resource (type 4).
 
 Group configs (KIP-848 / KIP-932) as Kafka 4.4.0 describes them (observed): every group
 config the broker knows, for any group id (the group need not exist), with its value, source
@@ -11,6 +12,11 @@ keys filter the list (unknown names are left out); an empty group name is INVALI
 (`group_configs.VALIDATORS`); Kafka also lists consumer/share/streams assignment intervals,
 streams.* and errors.deadletterqueue.* configs, which it does not model. No documentation
 text is sent. Other resource types are answered INVALID_REQUEST saying they are not modelled.
+
+BROKER (type 4, name = a node id, or empty for the cluster default): the timeouts and bounds
+the model enforces (`BROKER_CONFIGS`), each with source DEFAULT_CONFIG, read only, so that a
+test can read a target's limits (session timeouts, lock durations, transaction timeouts) the
+same way from the reference and from Kafka. An unknown node id is INVALID_REQUEST.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from reference_impl.model.partition_log import IsolationLevel
 
 API_KEY = 32
 GROUP_RESOURCE = 32
+BROKER_RESOURCE = 4
 DEFAULT_CONFIG, GROUP_CONFIG = 5, 8  # ConfigSource ids
 BOOLEAN, STRING, INT = 1, 2, 3  # ConfigType ids
 CONSUMER_SESSION_TIMEOUT_MS, CONSUMER_HEARTBEAT_INTERVAL_MS = 45_000, 5_000  # Kafka's broker defaults
@@ -69,6 +76,45 @@ if set(DESCRIPTIONS) != set(VALIDATORS):  # a config added to the model must be 
     raise RuntimeError(f"group configs without a description: {sorted(set(VALIDATORS) ^ set(DESCRIPTIONS))}")
 
 
+# the broker configs a test reads to work within a target's limits
+BROKER_CONFIGS: dict[str, Callable[[Any], Any]] = {  # name -> BrokerConfig -> value
+    "group.share.min.record.lock.duration.ms": lambda c: c.share_partition.min_record_lock_duration_ms,
+    "group.share.max.record.lock.duration.ms": lambda c: c.share_partition.max_record_lock_duration_ms,
+    "group.share.record.lock.duration.ms": lambda c: c.share_partition.record_lock_duration_ms,
+    "group.share.delivery.count.limit": lambda c: c.share_partition.delivery_count_limit,
+    "group.share.session.timeout.ms": lambda c: c.group_share_session_timeout_ms,
+    "group.share.heartbeat.interval.ms": lambda c: c.group_share_heartbeat_interval_ms,
+    "group.min.session.timeout.ms": lambda c: c.group_min_session_timeout_ms,
+    "group.max.session.timeout.ms": lambda c: c.group_max_session_timeout_ms,
+    "transaction.max.timeout.ms": lambda c: c.transaction.transaction_max_timeout_ms,
+    "transactional.id.expiration.ms": lambda c: c.transaction.transactional_id_expiration_ms,
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms":
+        lambda c: c.transaction.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+}
+# the share session / heartbeat bounds live on the group-config bounds (GroupConfigBounds)
+BROKER_BOUNDS: dict[str, Callable[[Any], Any]] = {
+    "group.share.min.session.timeout.ms": lambda b: b.share_min_session_timeout_ms,
+    "group.share.max.session.timeout.ms": lambda b: b.share_max_session_timeout_ms,
+    "group.share.min.heartbeat.interval.ms": lambda b: b.share_min_heartbeat_interval_ms,
+    "group.share.max.heartbeat.interval.ms": lambda b: b.share_max_heartbeat_interval_ms,
+}
+
+
+def _describe_broker(ctx: RequestContext, resource: Any) -> Any:
+    name = resource.resource_name or ""
+    if name and (not name.isdigit() or int(name) not in ctx.state.nodes):
+        return _result(ctx, resource, ErrorCode.invalid_request, f"no broker with id {name!r}")
+    values = {n: f(ctx.state.config) for n, f in BROKER_CONFIGS.items()}
+    values |= {n: f(ctx.state.group_configs.bounds) for n, f in BROKER_BOUNDS.items()}
+    keys = resource.configuration_keys
+    names = sorted(values) if not keys else [k for k in dict.fromkeys(keys) if k in values]
+    return _result(ctx, resource, ErrorCode.none, None, tuple(
+        ctx.nested("DescribeConfigsResourceResult", name=n, value=str(values[n]), read_only=True,
+                   config_source=DEFAULT_CONFIG, is_sensitive=False, synonyms=(), config_type=INT,
+                   documentation=None)
+        for n in names))
+
+
 def _entry(ctx: RequestContext, name: str, stored: Any, synonyms: bool) -> Any:
     described = DESCRIPTIONS[name]
     default = described.default(ctx.state.config)
@@ -105,6 +151,8 @@ def handle_describe_configs(ctx: RequestContext, request) -> object:
         rtype = int(resource.resource_type)
         if rtype == GROUP_RESOURCE:
             results.append(_describe_group(ctx, resource, synonyms))
+        elif rtype == BROKER_RESOURCE:
+            results.append(_describe_broker(ctx, resource))
         else:
             results.append(_result(ctx, resource, ErrorCode.invalid_request,
                                    f"the reference broker models no configs of resource type {rtype}"))

@@ -135,3 +135,24 @@ def test_an_empty_group_id_is_invalid(client):
                describe(client.bootstrap, "", [(topic, [0])]).groups[0]]
     assert [(a.error_code, a.error_message) for a in answers] == [
         (ErrorCode.invalid_group_id, "The group id is invalid.")] * 3
+
+
+def test_describe_configs_of_a_broker_gives_the_limits_tests_work_within(client):
+    """BROKER resource (type 4): the bounds a test reads before it sets a lock, session or
+    transaction timeout (conformance.target_limits); Kafka's defaults here, an unknown node
+    id is INVALID_REQUEST."""
+    keys = ("group.share.min.record.lock.duration.ms", "group.share.max.session.timeout.ms",
+            "transaction.max.timeout.ms", "no.such.config")
+    resources = (
+        nested(DESCRIBE_CONFIGS, 4, "DescribeConfigsResource", resource_type=4, resource_name=str(min(client.nodes)),
+               configuration_keys=keys),
+        nested(DESCRIBE_CONFIGS, 4, "DescribeConfigsResource", resource_type=4, resource_name="99",
+               configuration_keys=None),
+    )
+    broker, unknown = client.bootstrap.request(DESCRIBE_CONFIGS, 4, resources=resources, include_synonyms=False,
+                                               include_documentation=False).results
+    assert broker.error_code == ErrorCode.none
+    assert {c.name: c.value for c in broker.configs} == {
+        "group.share.min.record.lock.duration.ms": "15000", "group.share.max.session.timeout.ms": "60000",
+        "transaction.max.timeout.ms": "900000"}
+    assert unknown.error_code == ErrorCode.invalid_request

@@ -16,7 +16,9 @@ two confluent members: librdkafka fetches ahead in the background, and a record 
 expires while it waits in its buffer is still handed to the application later (with its
 old delivery count) after another member acquired it -- observed on reference:nodes=3 with
 a 1 s lock: the implicit member got offsets 19..23 with count 2 and accepted them, then
-the other member's poll returned them with count 1.
+the other member's poll returned them with count 1. A wanted lock outside the target's
+bounds (group.share.min/max.record.lock.duration.ms, read by `target_limits`; Kafka's
+default minimum is 15 s) is clamped into them, and the waits follow the lock in force.
 
 Members join by polling; before the records under test are produced, warm-up records are
 produced until every member has received one, so every member is assigned and fetching
@@ -44,13 +46,14 @@ from confluent_kafka import ShareConsumer as ConfluentShareConsumer
 
 from chaos.checkers import share_group as checkers
 from chaos.share_history import ShareRecorder
-from conformance import client_ops, share_ops, wire_ops
+from conformance import client_ops, share_ops, target_limits, wire_ops
 from fixtures.target import NotSupportedByTarget
 from reference_impl.client.share_consumer import AcknowledgeType, IllegalShareStateError
 from reference_impl.client.share_consumer import ShareConsumer as ReferenceShareConsumer
 
 LOCK_MS = 1000
 CRASH_LOCK_MS = 5000
+CRASH_RECORDS = 24
 CLIENTS = ["confluent", "reference"]
 POLL_S = 0.25
 WARMUP_S = 60.0  # members join and librdkafka fetches ahead: seen taking over 30 s under CI load
@@ -307,9 +310,9 @@ def group_factory(target, unique):
         client_ops.create_topic(target, topic, partitions=partitions)
         effective_lock = None
         if lock_ms is not None and target.capabilities().supports_api(share_ops.INCREMENTAL_ALTER_CONFIGS):
+            effective_lock = target_limits.lock_ms(target, lock_ms)  # within the broker's bounds
             with wire_ops.cluster_client(target) as cc:
-                share_ops.set_group_configs(cc, name, {"share.record.lock.duration.ms": str(lock_ms)})
-            effective_lock = lock_ms
+                share_ops.set_group_configs(cc, name, {"share.record.lock.duration.ms": str(effective_lock)})
         g = Group(target, client, topic, name, partitions, effective_lock)
         made.append(g)
         return g
@@ -366,6 +369,21 @@ def _is_kafka_41(target: Any) -> bool:
     return target.kind == "kafka-native" and (target.version or "").startswith("4.1.")
 
 
+def _drain_bounds(g: Group) -> tuple[float, int]:
+    """How long the crash workload may drain and how many deliveries it may see: a crashed
+    member's records come back when their lock expires (or its session times out, whichever
+    is first), at most `delivery.count.limit` deliveries per record (KIP-932 DELIVERY.003),
+    so a broker whose counts never grow fails here instead of looping until the deadline."""
+    limits = target_limits.limits(g.target)
+    lock_s = (g.lock_ms or limits["group.share.record.lock.duration.ms"]) / 1000
+    comeback_s = min(lock_s, limits["group.share.session.timeout.ms"] / 1000)
+    drain_s = DRAIN_S + 2 * comeback_s
+    target_limits.require_wait(drain_s, "draining the crash workload (records of a crashed member come back "
+                               "after their lock expires)", "group.share.min.record.lock.duration.ms")
+    per_record = limits["group.share.delivery.count.limit"] + 1  # + the crash
+    return drain_s, CRASH_RECORDS * per_record * 2 + 20  # twice: slack for fetch-ahead clients
+
+
 def _decision(d: Delivered) -> str:
     """Deterministic mix: some rejects, a release on the first delivery of others."""
     if d.offset % 7 == 3:
@@ -387,17 +405,24 @@ def test_every_record_is_settled_once_through_crashes(group_factory, client, rec
     ends acknowledged (ACCEPT or REJECT) exactly once, no two members ever hold one record
     at once, and the recorded history passes every share-group checker."""
     g = group_factory(client, partitions=2, lock_ms=CRASH_LOCK_MS)
+    drain_s, max_deliveries = _drain_bounds(g)
     for name in ("m0", "m1", "m2"):
         g.member(name)
     g.warm_up()
-    g.produce(24)
+    g.produce(CRASH_RECORDS)
     crashed = False
-    deadline = time.monotonic() + DRAIN_S
+    deliveries = 0
+    deadline = time.monotonic() + drain_s
     while g.unsettled() and time.monotonic() < deadline:
         for name in list(g.members):
             recs = g.poll(name)
             if not recs:
                 continue
+            deliveries += len(recs)
+            assert deliveries <= max_deliveries, (
+                f"{deliveries} deliveries of {len(g.produced)} records and still unsettled "
+                f"{g.unsettled()}: records come back more often than the delivery-count limit allows "
+                f"(do delivery counts increase?); history check: {g.check().counts}")
             if name == "m0" and not crashed:
                 g.crash(name)  # holding recs, none acknowledged
                 crashed = True
@@ -408,7 +433,7 @@ def test_every_record_is_settled_once_through_crashes(group_factory, client, rec
     result = g.check(allowed=checkers.allowed_error_types(close_decrements_count=_is_kafka_41(g.target)))
     record_property("share_history_check", result.to_dict())
     assert crashed, "member m0 never received records to crash with"
-    assert not g.unsettled(), (f"records never acknowledged within {DRAIN_S:.0f} s: {g.unsettled()}; "
+    assert not g.unsettled(), (f"records never acknowledged within {drain_s:.0f} s: {g.unsettled()}; "
                                f"history check: {result.counts} {result.stats} {result.examples}")
     twice = {r: n for r, n in g.settled.items() if n > 1}
     assert not twice, f"records acknowledged (ACCEPT/REJECT) more than once: {twice}"

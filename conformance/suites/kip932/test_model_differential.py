@@ -27,8 +27,9 @@ from collections import Counter
 
 import pytest
 
-from conformance import share_ops
+from conformance import share_ops, target_limits
 from conformance.share_model_machine import (
+    LOCK_MS,
     ExistingCluster,
     MachineConfig,
     PrivateReference,
@@ -66,12 +67,26 @@ def _is_kafka_41(target) -> bool:
     return target.kind == "kafka-native" and (target.version or "").startswith("4.1.")
 
 
+def _require_machine_lock(target) -> None:
+    """The machine runs the private reference with a LOCK_MS lock and waits past it up to
+    once a step; a target whose minimum lock is longer (Kafka's default minimum: 15 s)
+    cannot match it, and a longer lock on both sides would wait minutes per example."""
+    minimum = target_limits.limits(target)["group.share.min.record.lock.duration.ms"]
+    if minimum > LOCK_MS:
+        raise NotSupportedByTarget(
+            f"the machine's {LOCK_MS} ms record lock is below this target's minimum {minimum} ms, and waiting "
+            f"past a {minimum} ms lock up to {STEPS} times in {MAX_EXAMPLES} examples would take "
+            f"{MAX_EXAMPLES * STEPS * minimum / 1000:.0f} s: lower the broker setting "
+            f"group.share.min.record.lock.duration.ms to {LOCK_MS} or less to run this test")
+
+
 @pytest.mark.requirement(*REQUIREMENTS)
 def test_share_partition_matches_model_and_reference(target, capabilities, unique, record_property):
     share_ops.require_share_groups(target)
     if not capabilities.supports_api(share_ops.INCREMENTAL_ALTER_CONFIGS):
         raise NotSupportedByTarget("group configs cannot be set (no IncrementalAlterConfigs): the machine "
                                    "needs share.auto.offset.reset=earliest and a 2000 ms record lock")
+    _require_machine_lock(target)
     provision = None if capabilities.supports_api(CREATE_TOPICS) else target.provision_topic
     close_decrements = _is_kafka_41(target)
     record_property("close_decrements_delivery_count", close_decrements)

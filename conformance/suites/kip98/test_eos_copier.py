@@ -36,6 +36,7 @@ REPO = Path(__file__).resolve().parents[3]
 N_RECORDS, PARTITIONS, KILLS = 300, 3, 4
 TXN_PAUSE_MS = 25
 SEED = 447
+WORKLOAD_DEADLINE_S = 300.0
 
 
 def _read_ops(path: Path) -> list[dict]:
@@ -169,7 +170,9 @@ def run_copier_with_kills(target, unique, tmp_path: Path, client: str, transacti
                 "--history", str(hist_path), "--client", client, "--transaction-version", transaction_version,
                 "--max-batch", "15", "--txn-pause-ms", str(TXN_PAUSE_MS), "--idle-exit-s", "1.0", *extra]
     kills, mid_txn, restarts, incarnation = 0, 0, 0, 0
-    deadline = time.monotonic() + 150
+    # The whole kill/restart workload: ~15 s on an idle machine; with 4 xdist workers on a
+    # loaded 2-core machine the copier subprocesses were seen needing over 150 s.
+    deadline = time.monotonic() + WORKLOAD_DEADLINE_S
     while True:
         incarnation += 1
         process = f"copier-{incarnation}"
