@@ -208,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
         "reference state machines per entity (see docs/trace-checks.md). Exit 0 when no violation, 1 when "
         "violations, 2 on error. Runs unchanged under spark-submit.",
     )
+    _add_trace_command(sub, "image", "fixtures.image_cmd", help="build or load the apache/kafka image offline")
     return p
 
 
@@ -244,6 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "replay": cmd_trace,
         "diff": cmd_trace,
         "check": cmd_trace,
+        "image": cmd_trace,
     }[args.command]
     try:
         return handler(args)
