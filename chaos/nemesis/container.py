@@ -29,12 +29,15 @@ _COORDINATOR_KEY_TYPES = {"group-coordinator": 0, "txn-coordinator": 1, "share-c
 
 _TCP_PROBE = (
     "import socket,sys\n"
-    "try:\n"
-    "    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3])).close()\n"
-    "    print('open')\n"
-    "except OSError as e:\n"
-    "    print('closed', e)\n"
+    "for target in sys.argv[2:]:\n"
+    "    ip, port = target.rsplit(':', 1)\n"
+    "    try:\n"
+    "        socket.create_connection((ip, int(port)), timeout=float(sys.argv[1])).close()\n"
+    "        print(target, 'open')\n"
+    "    except OSError:\n"
+    "        print(target, 'closed')\n"
 )
+"""Run on the host's python inside a container's network namespace: which peers answer TCP."""
 
 
 def _now_ns() -> int:
@@ -200,9 +203,24 @@ class ContainerNemesis:
         except FileNotFoundError as exc:
             raise NotSupportedByTarget(f"partitions need nsenter and ip on the host: {exc}") from exc
 
-    def _reachable(self, pid: int, ip: str, port: int) -> bool:
-        out = self._nsenter(pid, [sys.executable, "-c", _TCP_PROBE, ip, str(port), str(PROBE_TIMEOUT_S)])
-        return out.stdout.startswith("open")
+    def _reachable(self, pid: int, ips: list[str], port: int) -> dict[str, bool]:
+        """One nsenter per node: ip -> a TCP connection to ip:port opens from inside it."""
+        if not ips:
+            return {}
+        out = self._nsenter(pid, [sys.executable, "-c", _TCP_PROBE, str(PROBE_TIMEOUT_S),
+                                  *(f"{ip}:{port}" for ip in ips)])
+        seen = dict(line.split() for line in out.stdout.splitlines() if len(line.split()) == 2)
+        return {ip: seen.get(f"{ip}:{port}") == "open" for ip in ips}
+
+    def _probe_links(self, nets: dict[int, tuple[int, str]], links: list[tuple[int, int]]) -> dict[str, bool]:
+        from fixtures.testcontainers_target import INTERNAL_PORT
+
+        result = {}
+        for a in sorted({a for a, _ in links}):
+            peers = [b for x, b in links if x == a]
+            answers = self._reachable(nets[a][0], [nets[b][1] for b in peers], INTERNAL_PORT)
+            result.update({f"{a}->{b}": answers[nets[b][1]] for b in peers})
+        return result
 
     def _links(self, record: FaultRecord) -> list[tuple[int, int]]:
         """(node, peer) pairs across the cut: isolated nodes vs the rest, both directions."""
@@ -213,28 +231,25 @@ class ContainerNemesis:
         return [(a, b) for a in side for b in rest] + [(b, a) for a in side for b in rest]
 
     def _apply_partition(self, record: FaultRecord) -> None:
-        from fixtures.testcontainers_target import INTERNAL_PORT
-
         nets = {n: self._net(n) for n in self.target.node_ids}
         links = self._links(record)
-        before = {f"{a}->{b}": self._reachable(nets[a][0], nets[b][1], INTERNAL_PORT) for a, b in links}
+        before = self._probe_links(nets, links)
         for a, b in links:
             out = self._nsenter(nets[a][0], ["ip", "route", "replace", "blackhole", f"{nets[b][1]}/32"])
             if out.returncode != 0:
                 raise RuntimeError(f"ip route blackhole in node {a}: {out.stderr.strip()}")
         record.details["routes"] = [[a, nets[b][1]] for a, b in links]
-        during = {f"{a}->{b}": self._reachable(nets[a][0], nets[b][1], INTERNAL_PORT) for a, b in links}
+        record.details["links"] = [[a, b] for a, b in links]
+        during = self._probe_links(nets, links)
         record.effective = all(before.values()) and not any(during.values())
         record.evidence = f"peer TCP reachable before {before}; during {during}"
 
     def _heal_partition(self, record: FaultRecord) -> None:
-        from fixtures.testcontainers_target import INTERNAL_PORT
-
         nets = {n: self._net(n) for n in self.target.node_ids}
         for a, ip in record.details.get("routes", []):
             self._nsenter(nets[a][0], ["ip", "route", "del", "blackhole", f"{ip}/32"])
-        after = {f"{a}->{ip}": self._reachable(nets[a][0], ip, INTERNAL_PORT) for a, ip in record.details.get("routes", [])}
-        record.details["reachable_after_heal"] = after
+        links = [tuple(link) for link in record.details.get("links", [])]
+        record.details["reachable_after_heal"] = self._probe_links(nets, links)
 
 
 __all__ = ["ContainerNemesis"]
