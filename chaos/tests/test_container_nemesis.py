@@ -96,14 +96,28 @@ def test_partition_isolating_the_txn_coordinator(cluster, nemesis) -> None:
     coordinator = record.nodes[0]
     assert coordinator in cluster.node_ids
 
-    with pytest.raises(KafkaException) as during:
-        p.commit_transaction(15)
-    stalled = f"commit did not complete within 15 s of the cut: {during.value}"
-    moved = _coordinator_seen_by_majority(cluster, tid, coordinator)
-    print(stalled, "| coordinator seen by the majority side:", moved)
+    t0 = time.monotonic()
+    try:
+        p.commit_transaction(30)
+        outcome = "committed"
+    except KafkaException as exc:
+        outcome = f"failed: {exc}"
+    took = time.monotonic() - t0
+    error, seen = _coordinator_seen_by_majority(cluster, tid, coordinator)
+    moved = error == 0 and seen != coordinator
+    print(f"commit during the partition: {outcome} after {took:.1f}s; majority side's coordinator: "
+          f"node {seen} (error {error}), isolated node {coordinator}")
+    # The isolated coordinator cannot replicate its transaction log (min ISR 2 of 3): either the
+    # commit does not complete, or Kafka fenced the isolated broker and the transaction was
+    # completed by a new coordinator on the majority side - never by the isolated one.
+    assert outcome != "committed" or moved, "a commit completed while its coordinator was isolated"
 
     nemesis.heal(record)
     assert all(record.details["reachable_after_heal"].values()), record.details
+    cluster._wait_all(cluster.node_ids, "cluster after the heal")
+    if outcome == "committed":
+        _commit_one(p, topic, b"after", 120)
+        return
 
     # Recovery: the pending commit completes on retry, or is aborted and a new one commits.
     deadline, committed, last = time.monotonic() + 240, False, None
