@@ -220,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_trace_command(sub, "chaos", "chaos.chaos_cmd", help="one seeded chaos run: workload + faults + checkers",
                        description="See docs/chaos-workloads.md. Exit 0 valid, 1 anomaly, 2 could not run, 3 unknown.")
+    _add_trace_command(sub, "image", "fixtures.image_cmd", help="build or load the apache/kafka image offline")
     return p
 
 
@@ -257,6 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "diff": cmd_trace,
         "check": cmd_trace,
         "chaos": cmd_trace,
+        "image": cmd_trace,
     }[args.command]
     try:
         return handler(args)

@@ -2,9 +2,8 @@
 line, run.json and the exit code agree when the run is interrupted, stopped by its time
 limit, narrowed, or its target is unreachable; --out inside another project changes
 nothing about what runs.
-
-The report side (reports/) derives summary.result from run.json; until it applies those
-rules, the report assertions below xfail instead of failing (see _report_result).
+The report side (reports/) derives summary.result from run.json; the report assertions
+check that it agrees with the console.
 """
 
 from __future__ import annotations
@@ -43,10 +42,9 @@ def _run_json(out: Path) -> dict:
 
 
 def _report_result(out: Path, expected: str) -> None:
-    """The report must say `expected`; xfail while reports/ does not yet read run.json."""
+    """The report must say what the run did (reports/ applies the run.json rules)."""
     got = json.loads((out / "report.json").read_text())["summary"]["result"]
-    if got != expected:
-        pytest.xfail(f"report.json says {got!r}, not {expected!r}: reports/ does not apply the run.json rules yet")
+    assert got == expected, f"report.json says {got!r}, not {expected!r}"
 
 
 def _result_line(stdout: str) -> str:
