@@ -49,11 +49,15 @@ class ContainerNemesis:
 
     kinds = ("kill", "pause", "restart", "partition")
 
-    def __init__(self) -> None:
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
         self.target: Any = None
         self._open: list[FaultRecord] = []
 
     # -- protocol ---------------------------------------------------------------------
+
+    def prepare(self, target: Any) -> None:
+        """Nothing to put in place before start: containers are reached by name."""
 
     def setup(self, target: Any) -> None:
         from fixtures.testcontainers_target import TestcontainersTarget

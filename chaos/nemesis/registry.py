@@ -12,15 +12,26 @@ from typing import Any, Iterable
 from chaos.nemesis.base import Nemesis
 
 
-def _factories() -> dict[str, Any]:
+def _factories(target: Any = None) -> dict[str, Any]:
+    """Fault kind -> injector class. On containerized targets the container injector takes
+    the kinds it has (its ``partition`` cuts brokers from each other, which no proxy in
+    front of the client listeners can)."""
     from chaos.nemesis.network import NetworkNemesis
     from chaos.nemesis.process import ProcessNemesis
     from chaos.nemesis.request import RequestNemesis
-    return {kind: cls for cls in (ProcessNemesis, NetworkNemesis, RequestNemesis) for kind in cls.kinds}
+    classes: list[Any] = [ProcessNemesis, NetworkNemesis, RequestNemesis]
+    if getattr(target, "kind", None) == "testcontainers":
+        from chaos.nemesis.container import ContainerNemesis
+        classes.insert(0, ContainerNemesis)
+    out: dict[str, Any] = {}
+    for cls in classes:
+        for kind in cls.kinds:
+            out.setdefault(kind, cls)
+    return out
 
 
-def known_kinds() -> tuple[str, ...]:
-    return tuple(sorted(_factories()))
+def known_kinds(target: Any = None) -> tuple[str, ...]:
+    return tuple(sorted(_factories(target)))
 
 
 def nemeses_for(target: Any, kinds: Iterable[str], seed: int = 0) -> list[Nemesis]:
@@ -28,10 +39,10 @@ def nemeses_for(target: Any, kinds: Iterable[str], seed: int = 0) -> list[Nemesi
 
     Injectors are returned un-setup; the runner calls ``setup(target)``.
     """
-    factories = _factories()
+    factories = _factories(target)
     unknown = sorted(set(kinds) - set(factories))
     if unknown:
-        raise ValueError(f"no injector for fault kind(s) {', '.join(unknown)}; known: {', '.join(known_kinds())}")
+        raise ValueError(f"no injector for fault kind(s) {', '.join(unknown)}; known: {', '.join(known_kinds(target))}")
     out: dict[Any, Nemesis] = {}
     for kind in kinds:
         cls = factories[kind]

@@ -16,6 +16,19 @@ def test_registry():
         nemeses_for(object(), ["kill", "teleport"])
 
 
+def test_registry_routes_partition_by_target_kind():
+    """Containerized targets cut brokers from each other; others cut clients at a proxy."""
+    from types import SimpleNamespace
+
+    from chaos.nemesis.container import ContainerNemesis
+    from chaos.nemesis.network import NetworkNemesis
+
+    [container] = nemeses_for(SimpleNamespace(kind="testcontainers"), ["partition"])
+    [network] = nemeses_for(SimpleNamespace(kind="kafka-native"), ["partition"])
+    assert isinstance(container, ContainerNemesis) and isinstance(network, NetworkNemesis)
+    assert "latency" in known_kinds(SimpleNamespace(kind="testcontainers"))
+
+
 def test_recorder_merges_and_closes():
     rec = Recorder()
     inv = rec.invoke(0, "txn", [["send", "k-0", 1]])
