@@ -93,6 +93,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         f"${ENV_TARGETS} or 'reference')",
     )
     group.addoption(
+        "--scoped-target",
+        action="append",
+        nargs=2,
+        dest="kipcheck_scoped_targets",
+        default=None,
+        metavar=("SPEC", "PATHS"),
+        help="also run SPEC, but only for tests under PATHS (comma-separated paths relative to the "
+        "rootdir, e.g. conformance/suites/protocol,conformance/suites/kip98); repeatable",
+    )
+    group.addoption(
         "--kipcheck-results",
         dest="kipcheck_results",
         default=None,
@@ -157,6 +167,7 @@ def selected_specs(config: pytest.Config) -> list[TargetSpec]:
         raw.extend(split_specs(os.environ[ENV_TARGETS]))
     if not raw:
         raw = [DEFAULT_TARGET]
+    raw.extend(text for text, _ in scoped_paths(config))
     specs: list[TargetSpec] = []
     seen: set[str] = set()
     for text in raw:
@@ -168,6 +179,27 @@ def selected_specs(config: pytest.Config) -> list[TargetSpec]:
             seen.add(spec.raw)
             specs.append(spec)
     return specs
+
+
+def scoped_paths(config: pytest.Config) -> list[tuple[str, tuple[Path, ...]]]:
+    """``--scoped-target SPEC PATHS``: (spec text, absolute path prefixes) pairs."""
+    root = Path(str(config.rootpath))
+    out = []
+    for text, paths in config.getoption("kipcheck_scoped_targets") or ():
+        prefixes = tuple((root / p.strip()).resolve() for p in paths.split(",") if p.strip())
+        if not prefixes:
+            raise pytest.UsageError(f"kipcheck: --scoped-target {text} needs at least one path")
+        out.append((text.strip(), prefixes))
+    return out
+
+
+def _in_scope(spec: TargetSpec, test_path: Path, scopes: dict[str, tuple[Path, ...]]) -> bool:
+    """A scoped target runs only the tests under its paths; other targets run everything."""
+    prefixes = scopes.get(spec.raw)
+    if prefixes is None:
+        return True
+    path = test_path.resolve()
+    return any(path == p or p in path.parents for p in prefixes)
 
 
 def worker_id(config: pytest.Config) -> str:
@@ -453,7 +485,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             names = [n.strip() for n in names.split(",")]
         if "target" in names:
             return  # the test parametrizes target itself
-    specs = _state(metafunc.config).specs
+    scopes = {text: prefixes for text, prefixes in scoped_paths(metafunc.config)}
+    specs = [s for s in _state(metafunc.config).specs if _in_scope(s, Path(str(metafunc.definition.path)), scopes)]
     metafunc.parametrize("target", specs, indirect=True, ids=[s.raw for s in specs], scope="session")
 
 

@@ -184,6 +184,25 @@ def test_bad_target_spec_is_a_usage_error(kc):
     result.stderr.fnmatch_lines(["*kipcheck: bad target spec*kafka-nope*"])
 
 
+
+
+def test_scoped_target_runs_only_under_its_paths(kc):
+    """--scoped-target adds a target for some suites only (CI runs the secured cluster on
+    the protocol and KIP-98 suites); every other target still runs everything."""
+    body = """
+import pytest
+
+@pytest.mark.requirement("TEST.A.001")
+def test_x(target):
+    pass
+"""
+    suite(kc, "test_in", body)
+    suite(kc, "test_out", body)
+    result = run(kc, "--target", "reference", "--scoped-target", "kafka-native:9.9", "conformance/suites/test_in.py", "-v")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["*test_in.py::test_x?kafka-native:9.9? PASSED*"])
+    assert "test_out.py::test_x[kafka-native:9.9]" not in result.stdout.str()
+
 # -- target parametrization and lifecycle -------------------------------------------------------------
 
 TWO_TESTS = """

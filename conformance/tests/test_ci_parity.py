@@ -1,0 +1,38 @@
+"""One list of CI targets: ./kipcheck-tests, tox's default env and .ci/run agree."""
+
+from __future__ import annotations
+
+import configparser
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _suite_args() -> list[str]:
+    return (REPO / ".ci" / "suite.args").read_text().split("\n")
+
+
+def test_kipcheck_tests_and_tox_share_the_suite_args():
+    assert '-m pytest @.ci/suite.args "$@"' in (REPO / "kipcheck-tests").read_text()
+    tox = configparser.ConfigParser()
+    tox.read(REPO / "tox.ini")
+    assert "@{toxinidir}/.ci/suite.args" in tox["testenv"]["commands"]
+    for step in ("fixtures.kafka_native.jars --default 4.1 3.9", "chaos.toxiproxy.install", "image build --kafka 4.4.0"):
+        assert step in tox["testenv"]["commands_pre"] and step in (REPO / "kipcheck-tests").read_text()
+
+
+def test_ci_runs_the_readme_command_verbatim():
+    assert (REPO / ".ci" / "run").read_text().strip().endswith("./kipcheck-tests")
+    assert "./kipcheck-tests" in (REPO / "README.md").read_text()
+
+
+def test_suite_args_name_the_readme_targets():
+    args = _suite_args()
+    targets = [args[i + 1] for i, a in enumerate(args) if a == "--target"]
+    assert targets == ["reference", "reference:nodes=3", "kafka-native", "kafka-native:4.1", "kafka-native:3.9",
+                       "librdkafka-mock:nodes=3"]
+    scoped = [args[i + 1] for i, a in enumerate(args) if a == "--scoped-target"]
+    assert scoped == ["kafka-native:security=sasl_ssl", "testcontainers", "testcontainers:nodes=3"]
+    readme = (REPO / "README.md").read_text()
+    for spec in targets + scoped:
+        assert f"`{spec}`" in readme, f"README does not name the CI target {spec}"
