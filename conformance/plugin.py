@@ -36,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
-import sys
 import os
 import re
 import secrets

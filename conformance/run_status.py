@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import subprocess
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -99,39 +98,17 @@ def read_targets(results_dir: Path) -> dict[str, dict[str, Any]]:
 
 
 def kipcheck_identity() -> dict[str, Any]:
-    try:
-        from reports.certification import kipcheck_version
+    from reports.certification import kipcheck_version
+    from reports.statement import kipcheck_commit
 
-        version = kipcheck_version()
-    except Exception:  # noqa: BLE001 - identity is informative only
-        version = None
-    commit = None
-    try:
-        root = Path(__file__).resolve().parent.parent
-        proc = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
-        commit = proc.stdout.strip() or None if proc.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return {"version": version, "commit": commit}
+    return {"version": kipcheck_version(), "commit": kipcheck_commit()}
 
 
 def client_versions() -> dict[str, Any]:
-    out: dict[str, Any] = {"confluent_kafka": None, "librdkafka": None, "kio": None}
-    try:
-        import confluent_kafka
+    """The client libraries as the report's statement names them (one definition)."""
+    from reports.statement import client_versions as versions
 
-        version, lib = confluent_kafka.version(), confluent_kafka.libversion()
-        out["confluent_kafka"] = version[0] if isinstance(version, tuple) else str(version)
-        out["librdkafka"] = lib[0] if isinstance(lib, tuple) else str(lib)
-    except Exception:  # noqa: BLE001
-        pass
-    try:
-        from importlib.metadata import version
-
-        out["kio"] = version("kio")
-    except Exception:  # noqa: BLE001
-        pass
-    return out
+    return dict(versions())
 
 
 def _timed_out(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

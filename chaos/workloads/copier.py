@@ -77,7 +77,6 @@ class CopierWorkload:
     def _feed(self, stop: threading.Event) -> None:
         """Idempotent sends of unique values to A, one op per record, at ``feed_rate``/s."""
         from confluent_kafka import Producer
-        from conformance import client_ops
         rng = random.Random(self.seed)
         producer = Producer(_config(self.target, {"enable.idempotence": True,
                                                                "message.timeout.ms": 8000}))
@@ -154,7 +153,6 @@ class CopierWorkload:
 
     def _final_read(self, topic: str, timeout_s: float = 60.0) -> None:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-        from conformance import client_ops
         c = Consumer(_config(self.target, {"group.id": f"{self.group}-final", "enable.auto.commit": False,
                                                        "isolation.level": "read_committed"}))
         keys = [f"{topic}-{p}" for p in range(self.partitions)]

@@ -250,7 +250,6 @@ class QueueWorkload:
         """Read every partition from the start up to its high watermark (read_committed
         reaches it once every transaction is decided), as process ``final``."""
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-        from conformance import client_ops
         consumer = Consumer(_config(self.target, {"group.id": f"{self.topic}-final", "enable.auto.commit": False,
             "isolation.level": "read_committed", "enable.partition.eof": False}))
         inv = self.rec.invoke("final", "poll", [["poll"]])
@@ -296,7 +295,6 @@ class _Clients:
         self._txn = self._idem = self._consumer = None
 
     def _config(self, **extra: Any) -> dict:
-        from conformance import client_ops
         return _config(self.w.target, {**extra})
 
     def transactional(self) -> Any:

@@ -24,11 +24,14 @@ import time
 from pathlib import Path
 
 import pytest
+
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from chaos.checkers.kafka_queue import EXACTLY_ONCE, check
 from chaos.checkers.result import compose
 from chaos.history import History
+from chaos.recorder import read_jsonl
+from chaos.workloads.copier import input_identity
 from conformance import client_ops
 from conformance.suites import require_api, require_feature
 
@@ -37,18 +40,6 @@ N_RECORDS, PARTITIONS, KILLS = 300, 3, 4
 TXN_PAUSE_MS = 25
 SEED = 447
 WORKLOAD_DEADLINE_S = 300.0
-
-
-def _read_ops(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            pass  # a line cut by SIGKILL mid-write (the writer flushes whole lines)
-    return out
 
 
 def _state_of(ops: list[dict], process: str) -> tuple[int, bool]:
@@ -73,7 +64,7 @@ def _append(path: Path, op: dict) -> None:
 def _close_process(path: Path, process: str, why: str) -> bool:
     """Complete an open txn of a dead process as info, then record its crash; True if a
     transaction was open."""
-    ops = _read_ops(path)
+    ops = read_jsonl(path)
     _, open_ = _state_of(ops, process)
     if open_:
         inv = [op for op in ops if op["process"] == process and op["f"] == "txn"][-1]
@@ -129,32 +120,8 @@ def _final_read(target, topic: str, path: Path, timeout_s: float = 30.0) -> dict
 
 
 def _history(path: Path) -> History:
-    ops = _read_ops(path)
+    ops = read_jsonl(path)
     return History.from_list([{**op, "index": i} for i, op in enumerate(ops)]).validate()
-
-
-def _input_identity(history: History, output: str) -> History:
-    """The history seen by input identity: copied values lose their `|<attempt>` tag and the
-    copier's sends are dropped (their tagged values name the send attempt, so each is its own
-    writer in the attempt history). A record of A copied into B twice by different attempts
-    is then one value at two offsets of B: the checker's `duplicate`."""
-    out_prefix = f"{output}-"
-
-    def project(value):
-        if not isinstance(value, list):
-            return value
-        mops = []
-        for m in value:
-            if m[0] == "send" and m[1].startswith(out_prefix):
-                continue
-            if m[0] == "poll" and len(m) > 1:
-                m = ["poll", {k: [[o, v.split("|", 1)[0]] for o, v in pairs] if k.startswith(out_prefix) else pairs
-                              for k, pairs in m[1].items()}]
-            mops.append(m)
-        return mops
-
-    return History.from_list([{**op.to_dict(), "value": project(op.value) if op.f in ("txn", "poll", "send") else op.value}
-                              for op in history]).validate()
 
 
 def run_copier_with_kills(target, unique, tmp_path: Path, client: str, transaction_version: str = "auto") -> dict:
@@ -188,7 +155,7 @@ def run_copier_with_kills(target, unique, tmp_path: Path, client: str, transacti
                 while proc.poll() is None:
                     if time.monotonic() > deadline:
                         raise TimeoutError(f"{process} made no progress")
-                    done, open_ = _state_of(_read_ops(hist_path), process)
+                    done, open_ = _state_of(read_jsonl(hist_path), process)
                     if done >= want and open_:
                         time.sleep(delay)
                         break
@@ -217,7 +184,7 @@ def run_copier_with_kills(target, unique, tmp_path: Path, client: str, transacti
     got = _final_read(target, topic_b, hist_path)
     history = _history(hist_path)
     result = compose({"attempts": check(history, allowed=EXACTLY_ONCE),
-                      "input-identity": check(_input_identity(history, topic_b), allowed=EXACTLY_ONCE)})
+                      "input-identity": check(input_identity(history, topic_b), allowed=EXACTLY_ONCE)})
     (tmp_path / "check.json").write_text(json.dumps(result, indent=1, default=str))
     return {"values": values, "got": got, "result": result, "kills": kills, "mid_txn": mid_txn,
             "restarts": restarts, "history_ops": len(history), "history_path": str(hist_path)}

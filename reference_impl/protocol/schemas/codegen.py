@@ -69,7 +69,6 @@ class _Ctx:
 def _field_type(f: dict, ctx: _Ctx) -> tuple[str, str | None]:
     """(annotation, kafka_type or None for entities) of one field."""
     t = f["type"]
-    name = f["name"]
     if t.startswith("[]"):
         inner = t[2:]
         if inner in _PRIMITIVES:
