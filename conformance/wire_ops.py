@@ -8,9 +8,11 @@ retried or hidden: a scenario sees exactly what the target answered.
 from __future__ import annotations
 
 import datetime
+import time
 from typing import Any
 
 from fixtures.target import NotSupportedByTarget, Target
+from kio.schema.errors import ErrorCode
 from kio.schema.consumer_protocol_subscription.v0.data import ConsumerProtocolSubscription
 
 from reference_impl.client.raw_client import ClusterClient, RawClient
@@ -218,6 +220,27 @@ def offset_fetch(client: RawClient, group: str, topic: str, partitions: list[int
         for p in t.partitions:
             out[int(p.partition_index)] = (int(p.committed_offset), p.metadata, int(p.error_code))
     return out
+
+
+_LOADING_GROUP_ERRORS = frozenset({
+    ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available, ErrorCode.not_coordinator,
+})
+
+
+def offset_commit_when_loaded(
+    cc: ClusterClient, group: str, topic: str, partition: int, offset: int, *, wait_s: float = 30.0, **fields: Any,
+) -> tuple[RawClient, int]:
+    """The first OffsetCommit of a group, as a client makes it: a broker that has just created
+    or moved ``__consumer_offsets`` answers COORDINATOR_LOAD_IN_PROGRESS / NOT_AVAILABLE /
+    NOT_COORDINATOR for a while, and the client finds the coordinator again and retries.
+    Returns the coordinator and the first non-retriable answer (or the last one at the deadline)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        coord = cc.coordinator_for(group, wait_s=max(0.0, deadline - time.monotonic()))
+        error = offset_commit(coord, group, topic, partition, offset, **fields)
+        if error not in _LOADING_GROUP_ERRORS or time.monotonic() >= deadline:
+            return coord, error
+        time.sleep(0.2)
 
 
 class GroupError(Exception):

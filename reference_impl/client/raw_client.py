@@ -16,11 +16,13 @@ from typing import Any
 
 from reference_impl.client import sasl
 from reference_impl.client.security import PLAINTEXT, ClientSecurity
+from kio.schema.errors import ErrorCode
+
 from reference_impl.protocol import framing, payloads
 
 _SIZE = struct.Struct(">i")
 # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE
-_RETRIABLE_COORDINATOR_ERRORS = {14, 15}
+_RETRIABLE_COORDINATOR_ERRORS = frozenset({ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available})
 # Callables observer(client, request_payload, response_payload_or_None): the conformance
 # plugin keeps a test's last exchanges as evidence (conformance/evidence.py).
 EXCHANGE_OBSERVERS: list[Any] = []

@@ -14,8 +14,7 @@ def standalone_commit_scenario(target, ids):
     topic, group = ids.topic(), ids.group()
     client_ops.create_topic(target, topic, partitions=2)
     with wire_ops.cluster_client(target) as cc:
-        coord = cc.coordinator_for(group, wait_s=30)
-        commit = wire_ops.offset_commit(coord, group, topic, 0, 42, metadata="m-42")
+        coord, commit = wire_ops.offset_commit_when_loaded(cc, group, topic, 0, 42, metadata="m-42")
         fetched = wire_ops.offset_fetch(coord, group, topic, [0, 1])
     return {
         "commit_error": commit,
