@@ -8,6 +8,7 @@ split as Kafka's SaslClient implementations: PLAIN (RFC 4616), SCRAM-SHA-256/512
 
 from __future__ import annotations
 
+import abc
 import base64
 import hashlib
 import hmac
@@ -34,15 +35,16 @@ class AuthenticationError(RuntimeError):
     """SASL authentication failed; the message carries the broker's own words."""
 
 
-class SaslMechanism:
+class SaslMechanism(abc.ABC):
     name = ""
 
+    @abc.abstractmethod
     def initial(self) -> bytes:
-        raise NotImplementedError
+        """The client's first message."""
 
+    @abc.abstractmethod
     def respond(self, challenge: bytes) -> bytes | None:
         """The next client message, or None when the exchange is complete."""
-        raise NotImplementedError
 
 
 class Plain(SaslMechanism):
