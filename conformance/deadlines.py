@@ -1,7 +1,7 @@
 """Per-test deadlines: a broken broker fails a test, it never hangs the run.
 
-Every recorded test (conformance suites, tests using the ``target`` fixture) runs under
-a deadline: ``@pytest.mark.deadline(seconds)`` or DEFAULT_DEADLINE_S, times
+Every test (conformance suites and the project's own unit tests alike) runs under a
+deadline: ``@pytest.mark.deadline(seconds)`` or DEFAULT_DEADLINE_S, times
 ``--kipcheck-deadline-scale``, or ``--kipcheck-deadline`` for every test (certify's
 ``--test-timeout``). The deadline is a SIGALRM timer in the main thread whose handler
 raises DeadlineExceeded, so the worker survives and the next test runs (unlike a
@@ -51,8 +51,9 @@ def deadline_for(marker_seconds: float | None, scale: float = 1.0, override: flo
 class Deadline:
     """One test's timer. `fired` tells whether the deadline passed."""
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, budget: float | None = None) -> None:
         self.seconds = seconds
+        self.budget = seconds if budget is None else budget  # what the failure message names
         self.fired = False
         self._remaining: float | None = None
         self._paused_at: float | None = None
@@ -62,7 +63,7 @@ class Deadline:
 
     def _on_alarm(self, _signum: int, _frame: Any) -> None:
         self.fired = True
-        raise DeadlineExceeded(TIMEOUT_REASON.format(seconds=self.seconds))
+        raise DeadlineExceeded(TIMEOUT_REASON.format(seconds=self.budget))
 
     def start(self) -> None:
         self._previous = signal.signal(signal.SIGALRM, self._on_alarm)
@@ -85,6 +86,13 @@ class Deadline:
             self.paused_s += time.monotonic() - self._paused_at
             self._paused_at = None
 
+    def resume_after(self, elapsed: float) -> None:
+        """Re-arm after a nested deadline ran for `elapsed` s; that time counts here too."""
+        if self._remaining is not None:
+            self._arm(max(self._remaining - elapsed, 0.001))
+            self._remaining = None
+        self._paused_at = None
+
     def stop(self) -> None:
         signal.setitimer(signal.ITIMER_REAL, 0)
         if self._previous is not None:
@@ -96,20 +104,27 @@ _current: Deadline | None = None
 
 
 @contextlib.contextmanager
-def running(seconds: float | None) -> Iterator[Deadline | None]:
-    """Run the body under a deadline (no-op when None or SIGALRM is unavailable)."""
+def running(seconds: float | None, budget: float | None = None) -> Iterator[Deadline | None]:
+    """Run the body under a deadline (no-op when None or SIGALRM is unavailable); `budget`
+    is the whole test's deadline when this is what is left of it for one phase."""
     global _current
     if seconds is None or not available():
         yield None
         return
-    d = Deadline(seconds)
+    outer = _current
+    if outer is not None:  # a pytester run inside a test: the outer clock keeps running
+        outer.pause()
+    started = time.monotonic()
+    d = Deadline(seconds, budget)
     _current = d
     d.start()
     try:
         yield d
     finally:
         d.stop()
-        _current = None
+        _current = outer
+        if outer is not None:
+            outer.resume_after(time.monotonic() - started)
 
 
 @contextlib.contextmanager

@@ -656,9 +656,9 @@ def _not_supported(item: pytest.Item, exc: NotSupportedByTarget) -> BaseExceptio
 TEARDOWN_GRACE_S = 30.0
 
 
-def _deadline_seconds(item: pytest.Item) -> float | None:
-    if not _is_recorded(item):
-        return None
+def _deadline_seconds(item: pytest.Item) -> float:
+    """Every test has one: a hang anywhere (a unit test's socket, Docker, a JVM) fails that
+    test instead of stalling the run."""
     mark = item.get_closest_marker("deadline")
     marker_s = float(mark.args[0]) if mark is not None and mark.args else None
     return deadlines.deadline_for(marker_s, item.config.getoption("kipcheck_deadline_scale") or 1.0,
@@ -669,9 +669,7 @@ def _deadline_seconds(item: pytest.Item) -> float | None:
 def _phase_deadline(item: pytest.Item, phase: str):
     """One budget for setup + call; teardown gets at least TEARDOWN_GRACE_S to clean up."""
     if phase == "setup":
-        seconds = _deadline_seconds(item)
-        if seconds is not None:
-            item.stash[DEADLINE_KEY] = {"seconds": seconds, "spent": 0.0, "fired": None}
+        item.stash[DEADLINE_KEY] = {"seconds": _deadline_seconds(item), "spent": 0.0, "fired": None}
     info = item.stash.get(DEADLINE_KEY, None)
     if info is None:
         yield
@@ -680,7 +678,7 @@ def _phase_deadline(item: pytest.Item, phase: str):
     if phase == "teardown":
         remaining = max(remaining, TEARDOWN_GRACE_S)
     t0 = time.monotonic()
-    with deadlines.running(max(remaining, 0.001)) as d:
+    with deadlines.running(max(remaining, 0.001), info["seconds"]) as d:
         try:
             yield
         finally:

@@ -9,6 +9,7 @@ target; the "broker" is a real listening socket that never answers.
 from __future__ import annotations
 
 import json
+import time
 import textwrap
 
 import pytest
@@ -178,3 +179,29 @@ def test_deadline_option_overrides_markers(pytester: pytest.Pytester, monkeypatc
     )
     (row,) = [json.loads(line) for line in (out / "results-main.jsonl").read_text().splitlines()]
     assert row["timed_out"] and row["deadline_s"] == 1.0 and row["reason"].startswith("did not finish within 1 s")
+
+
+def test_unit_tests_outside_the_suites_have_a_deadline_too(pytester: pytest.Pytester, monkeypatch):
+    """A hang in the project's own tests (a socket, Docker, a JVM) must not stall CI either."""
+    monkeypatch.delenv("KIPCHECK_TARGETS", raising=False)
+    (pytester.path / "test_unit.py").write_text(textwrap.dedent('''
+        import time, pytest
+        @pytest.mark.deadline(1)
+        def test_hangs():
+            time.sleep(120)
+        def test_next_runs():
+            pass
+    '''))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
+    result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines(["*did not finish within 1 s*"])
+
+
+def test_a_nested_deadline_hands_the_outer_clock_back():
+    """pytester runs tests inside a test: the inner deadline must not disarm the outer one."""
+    with pytest.raises(deadlines.DeadlineExceeded):
+        with deadlines.running(1.0) as outer:
+            with deadlines.running(30.0):
+                time.sleep(0.3)
+            time.sleep(5)  # the outer deadline (1 s, 0.3 s already spent) must fire here
+    assert outer is not None and outer.fired
