@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="SPEC",
         help="target spec, repeatable: reference[:nodes=N], kafka-native:VERSION[:nodes=N], "
-        "librdkafka-mock, testcontainers:IMAGE, external:HOST:PORT (default: reference)",
+        "librdkafka-mock, kfake, testcontainers:IMAGE, external:HOST:PORT (default: reference)",
     )
     c.add_argument("--out", "-o", default=DEFAULT_OUT, metavar="DIR", help=f"output directory (default: ./{DEFAULT_OUT})")
     c.add_argument(

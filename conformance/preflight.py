@@ -48,6 +48,19 @@ def _java() -> str | None:
     return "no Java runtime: kafka-native needs `java` on PATH or JAVA_HOME (e.g. apt-get install openjdk-17-jre-headless)"
 
 
+def _kfake() -> str | None:
+    """kfake runs a Go program: built already, or a Go toolchain to build it."""
+    from fixtures.kfake.build import KfakeBuildError, binary_path, go_toolchain
+
+    if binary_path().exists():
+        return None
+    try:
+        go_toolchain()
+    except KfakeBuildError as exc:
+        return str(exc)
+    return None
+
+
 def _module(name: str, why: str) -> Callable[[], str | None]:
     def check() -> str | None:
         try:
@@ -63,6 +76,7 @@ LOCAL_CHECKS: dict[str, list[Callable[[], str | None]]] = {
     "reference": [_module("reference_impl.server.broker_server", "the reference broker")],
     "kafka-native": [_java],
     "librdkafka-mock": [_module("confluent_kafka", "librdkafka's mock cluster comes with confluent-kafka")],
+    "kfake": [_kfake],
     "testcontainers": [],  # no Docker engine: its tests are skipped with the reason, by design
 }
 

@@ -17,7 +17,8 @@ def test_kipcheck_tests_and_tox_share_the_suite_args():
     tox = configparser.ConfigParser()
     tox.read(REPO / "tox.ini")
     assert "@{toxinidir}/.ci/suite.args" in tox["testenv"]["commands"]
-    for step in ("fixtures.kafka_native.jars --default 4.1 3.9", "chaos.toxiproxy.install", "image build --kafka 4.4.0"):
+    for step in ("fixtures.kafka_native.jars --default 4.1 3.9", "chaos.toxiproxy.install", "fixtures.kfake.build",
+                 "image build --kafka 4.4.0"):
         assert step in tox["testenv"]["commands_pre"] and step in (REPO / "kipcheck-tests").read_text()
 
 
@@ -29,10 +30,19 @@ def test_ci_runs_the_readme_command_verbatim():
 def test_suite_args_name_the_readme_targets():
     args = _suite_args()
     targets = [args[i + 1] for i, a in enumerate(args) if a == "--target"]
-    assert targets == ["reference", "reference:nodes=3", "kafka-native", "kafka-native:4.1", "kafka-native:3.9",
-                       "librdkafka-mock:nodes=3"]
+    assert targets == ["reference", "reference:nodes=3", "kafka-native", "librdkafka-mock:nodes=3", "kfake"]
     scoped = [args[i + 1] for i, a in enumerate(args) if a == "--scoped-target"]
-    assert scoped == ["kafka-native:security=sasl_ssl"]
+    assert scoped == ["kafka-native:security=sasl_ssl", "kafka-native:4.1", "kafka-native:3.9"]
     readme = (REPO / "README.md").read_text()
     for spec in targets + scoped:
         assert f"`{spec}`" in readme, f"README does not name the CI target {spec}"
+
+
+def test_the_versions_left_out_of_ci_run_nightly_in_full():
+    """Old Kafka releases keep one representative in .ci/run; their whole matrix is nightly."""
+    nightly = (REPO / ".github" / "workflows" / "kafka-versions-nightly.yml").read_text()
+    args = _suite_args()
+    for spec in ("kafka-native:4.1", "kafka-native:3.9"):
+        assert f'"{spec}"' in nightly
+        assert spec in args and args[args.index(spec) - 1] == "--scoped-target"
+    assert "conformance/suites " in nightly and "cron:" in nightly
