@@ -61,7 +61,12 @@ class BrokerConfig:
     # (TxnShareAcknowledge): supported, finalized only when configured or raised by
     # UpdateFeatures (see docs/kip1289.md).
     supported_features: dict[str, tuple[int, int]] = field(
-        default_factory=lambda: {"transaction.version": (0, 2), "share.version": (0, 2)}
+        default_factory=lambda: {
+            "transaction.version": (0, 2), "share.version": (0, 2),
+            # The draft round-trip KIP's blocking add (docs/txn-roundtrip.md): never finalized
+            # by default, so the reference behaves as Kafka unless a test raises it.
+            "transaction.roundtrip.version": (0, 1),
+        }
     )
     finalized_features_epoch: int = 1  # raised by every UpdateFeatures that changes a level
 
