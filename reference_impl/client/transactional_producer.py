@@ -258,8 +258,8 @@ class TransactionalProducer:
         """Kafka's beginTransaction(). With `partitions`, the draft round-trip KIP's
         beginTransaction(Set<TopicPartition>): the output partitions are registered with the
         coordinator now, in one AddPartitionsToTxn (TV1), so sends to them need no further
-        round trip; sends to other partitions are still added on the fly (DIV-TXNRT-004).
-        Under TV2 the leaders add partitions on Produce, so nothing is sent (DIV-TXNRT-005)."""
+        round trip; sends to other partitions are still added on the fly (DIV-200204).
+        Under TV2 the leaders add partitions on Produce, so nothing is sent (DIV-200205)."""
         with self._lock:
             self._check_open()
             self._throw_if_pending("begin_transaction")

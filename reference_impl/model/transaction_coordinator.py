@@ -111,7 +111,7 @@ class TransactionConfig:
     # Model-only (the draft round-trip KIP, docs/txn-roundtrip.md): the longest a client's
     # AddPartitionsToTxn is held while the previous transaction's markers are pending, when
     # transaction.roundtrip.version is finalized; then CONCURRENT_TRANSACTIONS as today
-    # (DIV-TXNRT-002). Below the clients' default request.timeout.ms (30 s).
+    # (DIV-200202). Below the clients' default request.timeout.ms (30 s).
     add_partitions_hold_max_ms: int = 10_000
     # Model-only and for tests only (chaos/tests/test_broken_reference.py): a deliberately
     # broken coordinator that, while a replica of a participant partition is down, writes

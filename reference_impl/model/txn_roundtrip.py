@@ -7,7 +7,7 @@ DelayedTxnMarker-style purgatories hold a callback, instead of CONCURRENT_TRANSA
 
 The draft signals the capability by "bumping AddPartitionToTxn by one"; Kafka has since
 spent v4 and v5 on KIP-890, so the reference signals it with a finalized feature level
-instead (DIV-TXNRT-001 in conformance/divergences.yaml). Level 0 (the default, absent) is
+instead (DIV-200201 in conformance/divergences.yaml). Level 0 (the default, absent) is
 today's Kafka behaviour.
 """
 
@@ -21,7 +21,7 @@ FEATURE = "transaction.roundtrip.version"
 BLOCKING_LEVEL = 1
 SUPPORTED = (0, BLOCKING_LEVEL)
 # The highest AddPartitionsToTxn version a client sends (v4+ is KIP-890's broker-to-coordinator
-# form, which the draft predates and which is never held: DIV-TXNRT-003).
+# form, which the draft predates and which is never held: DIV-200203).
 CLIENT_MAX_VERSION = 3
 
 

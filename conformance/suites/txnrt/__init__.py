@@ -2,7 +2,7 @@
 pre-registered output partitions.
 
 Capability gate (every test goes through the `rt` fixture of conftest.py): the target must
-support the feature `transaction.roundtrip.version` at level 1 (DIV-TXNRT-001: the draft's
+support the feature `transaction.roundtrip.version` at level 1 (DIV-200201: the draft's
 "bump AddPartitionToTxn by one" cannot be a version number, Kafka spent v4/v5 on KIP-890).
 No Apache Kafka release has the draft, so on kafka-native and librdkafka's mock every test
 reports "not supported by target" with that reason, read from ApiVersions' supported and

@@ -64,7 +64,7 @@ def test_next_add_is_held_until_the_markers_are_written(rt):
 
 @pytest.mark.requirement("KIP-TXNRT.BLOCK.005", "KIP-TXNRT.COMPAT.001")
 def test_level_0_keeps_concurrent_transactions_and_level_1_holds(rt):
-    """DIV-TXNRT-001: the capability is the finalized feature level, not an AddPartitionsToTxn
+    """DIV-200201: the capability is the finalized feature level, not an AddPartitionsToTxn
     version. At level 0 the same add is refused at once with CONCURRENT_TRANSACTIONS (today's
     behaviour, unchanged for existing producers); at level 1 it is held and answered NONE. The
     advertised AddPartitionsToTxn range is the same at both levels."""
@@ -95,7 +95,7 @@ def test_level_0_keeps_concurrent_transactions_and_level_1_holds(rt):
 def test_hold_is_bounded_when_markers_never_complete(rt):
     """Markers held back for an hour, hold bound 1.5 s: the add is answered
     CONCURRENT_TRANSACTIONS after about the bound, well before the client's request timeout,
-    and the connection stays usable (DIV-TXNRT-002)."""
+    and the connection stays usable (DIV-200202)."""
     bound_ms = 1_500
     with rt.hold_bound(bound_ms):
         with rt.markers_delayed(3_600_000):

@@ -2,7 +2,7 @@
 begin_transaction(partitions) registers the output partitions when the transaction begins
 (PREREG.*), follows the existing begin's rules (API.001), and meets the blocking add as one
 round trip where today's client retries CONCURRENT_TRANSACTIONS. Transaction protocol v1:
-under TV2 there is no client AddPartitionsToTxn to save (DIV-TXNRT-005)."""
+under TV2 there is no client AddPartitionsToTxn to save (DIV-200205)."""
 
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def test_pre_registering_before_or_after_processing_commits_the_same(rt):
 @pytest.mark.requirement("KIP-TXNRT.PREREG.003")
 def test_offsets_and_unlisted_partitions_can_still_join(rt):
     """begin_transaction({P0}), send to P0 and to the unlisted P1, send offsets, commit: the
-    group joins with AddOffsetsToTxn (NONE), P1 alone is added on the fly (DIV-TXNRT-004), and
+    group joins with AddOffsetsToTxn (NONE), P1 alone is added on the fly (DIV-200204), and
     output and offsets commit together."""
     src, out, group = rt.topic(1), rt.topic(2), rt.unique.group()
     with producer(rt) as p:
