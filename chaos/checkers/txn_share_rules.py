@@ -183,7 +183,9 @@ ANOMALIES: dict[str, Callable[[_Index], list[dict]]] = {
 
 def allowed_error_types(*, failover: bool = False) -> frozenset[str]:
     """A run with fail-overs may lose in-memory TX_PENDING state (corner cases 1 and 12)."""
-    return frozenset({"pending-acquired-after-failover", "committed-ack-dropped-by-failover"}) if failover else frozenset()
+    if not failover:
+        return frozenset()
+    return frozenset({"pending-acquired-after-failover", "committed-ack-dropped-by-failover"})
 
 
 def check(ops: Iterable[TxnShareOp], allowed: Iterable[str] = (), *, lock_duration_ms: float | None = None,
