@@ -10,6 +10,8 @@ Suites (each prints its own table):
   trace-diff   `kipcheck diff` throughput, Spark vs the DuckDB baseline (benchmarks/trace_diff_bench.py);
   certify      `kipcheck certify` wall time per target and worker count, side by side
                (benchmarks/certify_bench.py; not part of `all`: minutes per row);
+  txnrt        round trips and latency per transaction with and without the draft round-trip
+               KIP (blocking add, pre-registration) on the reference (benchmarks/txnrt_bench.py);
   all          every suite above, one after the other.
 Stops by itself.
 """
@@ -242,6 +244,7 @@ OTHER_SUITES = {
     "trace-check": "benchmarks.trace_check_bench",
     "trace-diff": "benchmarks.trace_diff_bench",
     "certify": "benchmarks.certify_bench",
+    "txnrt": "benchmarks.txnrt_bench",
 }
 SUITES = ("broker", *OTHER_SUITES, "all")
 

@@ -254,13 +254,20 @@ class TransactionalProducer:
             self._pending_operation = "init_transactions"
             self._run_pending(self._do_init)
 
-    def begin_transaction(self) -> None:
+    def begin_transaction(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        """Kafka's beginTransaction(). With `partitions`, the draft round-trip KIP's
+        beginTransaction(Set<TopicPartition>): the output partitions are registered with the
+        coordinator now, in one AddPartitionsToTxn (TV1), so sends to them need no further
+        round trip; sends to other partitions are still added on the fly (DIV-200204).
+        Under TV2 the leaders add partitions on Produce, so nothing is sent (DIV-200205)."""
         with self._lock:
             self._check_open()
             self._throw_if_pending("begin_transaction")
             self._sm.maybe_fail_with_error()
             self._sm.transition_to(TxnState.IN_TRANSACTION)
             self.produced = []
+            if partitions:
+                self._pre_register(partitions)
 
     def send(
         self,
@@ -494,6 +501,12 @@ class TransactionalProducer:
         self._init_producer_id(self._producer_id, self._producer_epoch, deadline)
         self._next_sequence.clear()
         self._sm.transition_to(TxnState.READY)
+
+    def _pre_register(self, partitions: Iterable[TopicPartition]) -> None:
+        for tp in sorted({(str(t), int(p)) for t, p in partitions}):
+            self._maybe_add_partition(tp)
+        if not self._tv2 and self._new_partitions:
+            self._add_partitions_to_txn(self._deadline(self.max_block_ms))
 
     def _maybe_add_partition(self, tp: TopicPartition) -> None:
         if self._tv2:

@@ -11,6 +11,12 @@ v4+ come from brokers (KIP-890): batches of transactions, each either VerifyOnly
 (per partition NONE, or TRANSACTION_ABORTABLE when the partition is not part of the
 transaction) or an add. An add through v4+ is the implicit add of a TV2 producer
 (recorded as transaction version 2, as Kafka does). Internal topics are allowed.
+
+The draft round-trip KIP (docs/txn-roundtrip.md): with transaction.roundtrip.version
+finalized, a client add (v0-v3) for a transactional id whose previous transaction's markers
+are still pending is parked until they are written (at most
+TransactionConfig.add_partitions_hold_max_ms) and then answered as usual, instead of
+CONCURRENT_TRANSACTIONS at once.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from kio.schema.errors import ErrorCode
 from reference_impl.handlers._group_common import NO_THROTTLE, is_coordinator
 from reference_impl.handlers.init_producer_id import legacy_fencing, transactions
 from reference_impl.handlers.registry import RequestContext, handles
+from reference_impl.model import txn_roundtrip
 from reference_impl.model.topics import is_internal
 
 API_KEY = 24
@@ -81,9 +88,28 @@ def _topic_results(ctx: RequestContext, results: dict[tuple[str, int], ErrorCode
     )
 
 
+async def _hold_while_markers_pending(ctx: RequestContext, tid: str) -> None:
+    """The draft's "Block Begin Transaction": wait for the previous transaction's markers
+    (the ticker writes them and notifies) when the feature is finalized; the add that follows
+    answers CONCURRENT_TRANSACTIONS if the bound passed first."""
+    if not tid or not txn_roundtrip.may_hold(ctx.state.config.finalized_features, ctx.api_version):
+        return
+    tc = transactions(ctx)
+    if tc is None or not is_coordinator(ctx, tid):
+        return
+
+    def released() -> bool:
+        current = transactions(ctx)  # a fail-over rebuilds the coordinator object
+        return current is None or not txn_roundtrip.is_held(current.metadata(tid))
+
+    if not released():
+        await ctx.runtime.wait_for(released, tc.txn_config.add_partitions_hold_max_ms)
+
+
 @handles(API_KEY, 0, 5)
-def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
+async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
     if ctx.api_version < 4:
+        await _hold_while_markers_pending(ctx, request.v3_and_below_transactional_id)
         results = _transaction_result(
             ctx, request.v3_and_below_transactional_id, int(request.v3_and_below_producer_id),
             int(request.v3_and_below_producer_epoch), _requested(request.v3_and_below_topics),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass, field
 
+from reference_impl.model import txn_roundtrip
 from reference_impl.model.clock import Clock
 from reference_impl.model.share_partition_config import SharePartitionConfig
 from reference_impl.model.transaction_coordinator import TransactionConfig
@@ -61,7 +62,12 @@ class BrokerConfig:
     # (TxnShareAcknowledge): supported, finalized only when configured or raised by
     # UpdateFeatures (see docs/kip1289.md).
     supported_features: dict[str, tuple[int, int]] = field(
-        default_factory=lambda: {"transaction.version": (0, 2), "share.version": (0, 2)}
+        default_factory=lambda: {
+            "transaction.version": (0, 2), "share.version": (0, 2),
+            # The draft round-trip KIP's blocking add (docs/txn-roundtrip.md): never finalized
+            # by default, so the reference behaves as Kafka unless a test raises it.
+            txn_roundtrip.FEATURE: txn_roundtrip.SUPPORTED,
+        }
     )
     finalized_features_epoch: int = 1  # raised by every UpdateFeatures that changes a level
 

@@ -108,6 +108,11 @@ class TransactionConfig:
     # COORDINATOR_LOAD_IN_PROGRESS meanwhile, as Kafka does while it loads a
     # __transaction_state partition (whose duration depends on the log's size).
     load_duration_ms: int = 500
+    # Model-only (the draft round-trip KIP, docs/txn-roundtrip.md): the longest a client's
+    # AddPartitionsToTxn is held while the previous transaction's markers are pending, when
+    # transaction.roundtrip.version is finalized; then CONCURRENT_TRANSACTIONS as today
+    # (DIV-200202). Below the clients' default request.timeout.ms (30 s).
+    add_partitions_hold_max_ms: int = 10_000
     # Model-only and for tests only (chaos/tests/test_broken_reference.py): a deliberately
     # broken coordinator that, while a replica of a participant partition is down, writes
     # an ABORT marker there for a committing transaction, so the commit lands on only
