@@ -50,17 +50,16 @@ def _result_line(stdout: str) -> str:
     return next(line for line in stdout.splitlines() if line.startswith("result: "))
 
 
-def test_unreachable_external_target_is_not_run_in_seconds(tmp_path):
+def test_unreachable_external_target_is_not_run(tmp_path):
+    """The preflight finds the dead address before any test starts (no pytest run at all);
+    how fast is a benchmark figure (benchmarks/certify_bench.py), not a timed assertion."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out = tmp_path / "out"
-    t0 = time.monotonic()
     proc = subprocess.run(_command("certify", "--target", f"external:127.0.0.1:{port}", "--out", str(out)),
                           capture_output=True, text=True, env=_env(), timeout=120)
-    elapsed = time.monotonic() - t0
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert elapsed < 20, elapsed
     assert "Traceback" not in proc.stdout + proc.stderr
     assert _result_line(proc.stdout).startswith("result: NOT RUN: target unreachable — external:127.0.0.1:")
     run = _run_json(out)
