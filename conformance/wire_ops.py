@@ -17,10 +17,11 @@ from kio.schema.consumer_protocol_subscription.v0.data import ConsumerProtocolSu
 
 from reference_impl.client.raw_client import ClusterClient, RawClient
 from reference_impl.protocol import framing, payloads
+from reference_impl.protocol.api_keys import ApiKey
 
-PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
-OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
-JOIN_GROUP, HEARTBEAT, SYNC_GROUP, CREATE_TOPICS = 11, 12, 14, 19
+PRODUCE, FETCH, LIST_OFFSETS, METADATA = ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.METADATA
+OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.FIND_COORDINATOR
+JOIN_GROUP, HEARTBEAT, SYNC_GROUP, CREATE_TOPICS = ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT, ApiKey.SYNC_GROUP, ApiKey.CREATE_TOPICS
 
 def cluster_client(target: Target) -> ClusterClient:
     """A raw client to every broker, secured as the target's client config says (TLS, SASL);

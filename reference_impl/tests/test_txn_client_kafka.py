@@ -33,9 +33,10 @@ from reference_impl.client.transactional_producer import (
     TxnState,
     UnsupportedTxnVersionError,
 )
+from kio.schema.errors import ErrorCode
 
 SPECS = {"kafka-native": 2, "kafka-native:3.9": 1}  # spec -> transaction version in use
-UNSTABLE_OFFSET_COMMIT = 88
+UNSTABLE_OFFSET_COMMIT = ErrorCode.unstable_offset_commit
 
 
 @pytest.fixture(scope="module", params=list(SPECS), ids=["kafka-4.4-tv2", "kafka-3.9-tv1"])

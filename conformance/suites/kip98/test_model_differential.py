@@ -37,6 +37,7 @@ from conformance.txn_model_machine import (
     default_settings,
     run_machine,
 )
+from reference_impl.protocol.api_keys import ApiKey
 
 REQUIREMENTS = (
     "KIP-98.TXN.001",
@@ -57,7 +58,7 @@ STEPS = 15
 
 # InitProducerId, AddPartitionsToTxn, EndTxn; Fetch v4+ and ListOffsets v2+ (isolation level)
 _APIS = ((22, None, "InitProducerId"), (24, None, "AddPartitionsToTxn"), (26, None, "EndTxn"))
-CREATE_TOPICS = 19
+CREATE_TOPICS = ApiKey.CREATE_TOPICS
 
 
 def _transaction_version(capabilities) -> int:
