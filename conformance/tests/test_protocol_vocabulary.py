@@ -85,6 +85,10 @@ def violations(source: str, filename: str = "<src>") -> list[str]:
                     if isinstance(t, ast.Name) and isinstance(v, ast.Constant) and type(v.value) is int \
                             and _redeclares(t.id, v.value):
                         out.append(f"{filename}:{node.lineno}: {t.id} = {v.value} (use ApiKey / kio ErrorCode)")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in ("supports_api", "max_version", "min_version") \
+                and node.args and _ints(node.args[0]) is not None:
+            out.append(f"{filename}:{node.lineno}: {node.func.attr}() of an integer literal (use ApiKey)")
         elif isinstance(node, ast.Compare):
             sides = [node.left, *node.comparators]
             if any(_is_api_key(s) for s in sides) and any(_ints(s) is not None for s in sides):
@@ -94,8 +98,9 @@ def violations(source: str, filename: str = "<src>") -> list[str]:
 
 def test_lint_catches_each_form():
     src = ("API_KEY = 26\nPRODUCE_KEY = 0\nINIT_PRODUCER_ID, END_TXN = 22, 26\nNOT_COORDINATOR = 16\n"
-           "if x.api_key == 3: pass\nif api_key in (1, 78): pass\nif r['api_key'] != 0: pass\n")
-    assert len(violations(src)) == 8
+           "if x.api_key == 3: pass\nif api_key in (1, 78): pass\nif r['api_key'] != 0: pass\n"
+           "caps.supports_api(19)\n")
+    assert len(violations(src)) == 9
     ok = ("API_KEY = ApiKey.END_TXN\nREAD_COMMITTED = 1\nTIMEOUT_S = 3\nif api_key == ApiKey.FETCH: pass\n"
           "ACCEPT, RELEASE = 1, 2\nclass Code(enum.IntEnum):\n    none = 0\n")
     assert violations(ok) == []

@@ -64,9 +64,9 @@ CREATE_TOPICS = ApiKey.CREATE_TOPICS
 def _transaction_version(capabilities) -> int:
     for key, version, what in _APIS:
         require_api(capabilities, key, version, what=what)
-    if (capabilities.max_version(1) or 0) < 4:
+    if (capabilities.max_version(ApiKey.FETCH) or 0) < 4:
         raise NotSupportedByTarget("Fetch v4+ (isolation level) is not advertised")
-    if (capabilities.max_version(2) or 0) < 2:
+    if (capabilities.max_version(ApiKey.LIST_OFFSETS) or 0) < 2:
         raise NotSupportedByTarget("ListOffsets v2+ (isolation level) is not advertised")
     tv = capabilities.feature("transaction.version")
     return 2 if tv >= 2 else 1
