@@ -27,6 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, help="output directory (default: chaos-out/SEED)")
     p.add_argument("--copier-client", default="confluent",
                    help="copier only: confluent (TV1) | reference-tv1 | reference-tv2")
+    p.add_argument("--share-client", default="reference", help="share only: reference | confluent")
 
 
 def replay_command(args: argparse.Namespace, seed: int, out: Path) -> str:
@@ -34,6 +35,8 @@ def replay_command(args: argparse.Namespace, seed: int, out: Path) -> str:
              args.nemesis, "--seed", str(seed), "--time-limit", f"{args.time_limit:g}", "--out", str(out)]
     if args.workload == "copier" and args.copier_client != "confluent":
         parts += ["--copier-client", args.copier_client]
+    if args.workload == "share" and args.share_client != "reference":
+        parts += ["--share-client", args.share_client]
     return shlex.join(parts)
 
 
@@ -59,8 +62,6 @@ def _validate(args: argparse.Namespace) -> dict:
         raise UsageError(f"no injector for fault kind(s) {', '.join(unknown)}; known: {', '.join(known_kinds())}")
     if args.workload not in WORKLOADS:
         raise UsageError(f"unknown workload {args.workload!r}; expected one of {', '.join(WORKLOADS)}")
-    if args.workload == "share":
-        raise UsageError("the share workload is not available yet; use queue or copier")
     if not 0 < args.time_limit <= 3600:
         raise UsageError("--time-limit must be in (0, 3600] seconds")
     if args.workload == "copier":
@@ -68,6 +69,11 @@ def _validate(args: argparse.Namespace) -> dict:
         if args.copier_client not in CLIENTS:
             raise UsageError(f"--copier-client must be one of {', '.join(CLIENTS)}")
         return {"client": args.copier_client}
+    if args.workload == "share":
+        from chaos.workloads.share import CLIENTS as SHARE_CLIENTS
+        if args.share_client not in SHARE_CLIENTS:
+            raise UsageError(f"--share-client must be one of {', '.join(SHARE_CLIENTS)}")
+        return {"client": args.share_client}
     return {}
 
 
