@@ -27,6 +27,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, help="output directory (default: chaos-out/SEED)")
     p.add_argument("--copier-client", default="confluent",
                    help="copier only: confluent (TV1) | reference-tv1 | reference-tv2")
+    p.add_argument("--scenario", default=None, metavar="NAME",
+                   help="run a named scenario instead of a workload: kafka-17754 (uses --target and --out)")
+    p.add_argument("--transaction-version", default="auto", choices=("auto", "1", "2"),
+                   help="scenario only: the client's transaction version (default: what the target finalised)")
     p.add_argument("--share-client", default="reference", help="share only: reference | confluent")
 
 
@@ -77,8 +81,45 @@ def _validate(args: argparse.Namespace) -> dict:
     return {}
 
 
+def run_scenario(args: argparse.Namespace) -> int:
+    """``--scenario NAME``: a fixed reproduction; exit 0 correct, 1 wrong, 2 could not run."""
+    from chaos.scenarios import SCENARIOS
+    if args.scenario not in SCENARIOS:
+        print(f"kipcheck: error: unknown scenario {args.scenario!r}; expected one of {', '.join(SCENARIOS)}",
+              file=sys.stderr, flush=True)
+        return EXIT_COULD_NOT_RUN
+    from chaos.scenarios import kafka_17754
+    from fixtures.target import parse_target_spec
+    try:
+        parse_target_spec(args.target)
+    except ValueError as exc:
+        print(f"kipcheck: error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_COULD_NOT_RUN
+    out_dir = Path(args.out) if args.out else Path("chaos-out") / args.scenario
+    replay = shlex.join(["kipcheck", "chaos", "--scenario", args.scenario, "--target", args.target, "--out", str(out_dir),
+                         "--transaction-version", args.transaction_version])
+    tv = args.transaction_version if args.transaction_version == "auto" else int(args.transaction_version)
+    try:
+        res = kafka_17754.run_spec(args.target, out_dir, transaction_version=tv)
+    except Exception as exc:  # noqa: BLE001 - any failure to run is exit 2, one line
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"kipcheck: error: scenario could not run: {why}", file=sys.stderr, flush=True)
+        print(f"replay: {replay}", flush=True)
+        return EXIT_COULD_NOT_RUN
+    print(f"target={res.target} transaction_version={res.transaction_version} end_txn=v{res.end_txn_version} "
+          f"late_end_txn={res.late_end_txn_error} abort2={res.abort2_error or 'NONE'} visible={res.visible}")
+    print(f"verdict: {res.verdict} ({res.explanation})")
+    if res.wrong:
+        print(f"replay: {replay}", flush=True)
+        return EXIT_ANOMALY
+    return EXIT_VALID
+
+
 def run(args: argparse.Namespace) -> int:
     import random
+
+    if args.scenario is not None:
+        return run_scenario(args)
 
     from chaos.runner import CouldNotRun, RunConfig
     from chaos.runner import run as run_chaos

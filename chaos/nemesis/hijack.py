@@ -58,7 +58,7 @@ class HijackNemesis(TargetInjector):
             raise NotSupportedByTarget("hijack needs a workload with transactional ids (the copier)")
         from reference_impl.client.transactional_producer import TransactionalProducer
         bootstrap = self.admin_bootstrap()
-        before = describe_producer(bootstrap, tid)
+        before = _wait_initialised(bootstrap, tid)
         record = self.start_record(spec, ())
         process = hijack_process(tid, next(self._n))
         producer = TransactionalProducer(bootstrap, tid, request_timeout_ms=10_000, max_block_ms=int(HIJACK_TIMEOUT_S * 1000))
@@ -84,6 +84,17 @@ class HijackNemesis(TargetInjector):
         """Nothing to undo: the zombie stays fenced; the workload's next incarnation
         fences the hijacker in turn."""
         return self.close_record(record)
+
+
+def _wait_initialised(bootstrap: str, tid: str, wait_s: float = 20.0) -> tuple[int, int] | None:
+    """The id's (producer id, epoch) once the workload has initialised it (None: it never
+    did within ``wait_s``: then there is no zombie and the hijack cannot be effective)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        before = describe_producer(bootstrap, tid)
+        if before is not None or time.monotonic() >= deadline:
+            return before
+        time.sleep(0.5)
 
 
 def describe_producer(bootstrap: str, transactional_id: str, timeout_s: float = 10.0) -> tuple[int, int] | None:

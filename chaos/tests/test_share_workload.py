@@ -1,6 +1,6 @@
 """The share-group workload (``--workload share``) on ``reference:nodes=3``: a broken
-reference (``SharePartitionManager.broken_forget_state_on_leader_move``: the new leader of
-a share-partition loads only its start offset, forgetting acknowledged records above it)
+reference (``SharePartitionManager.broken_forget_state_on_leader_move``: the next leader of a
+share-partition ignores its persisted state and starts again from the earliest offset)
 passes a calm run and is flagged by the same run with node kills (redelivery after an
 acknowledgement, KIP-932 STATE.005/STATE.008)."""
 

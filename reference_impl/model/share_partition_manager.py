@@ -79,8 +79,8 @@ class SharePartitionManager:
         self.release_on_session_replace = False
         # Model-only and for tests only (chaos/tests/test_share_workload.py): a deliberately
         # broken leader move. True = share-partitions led by a node that goes down are
-        # dropped and the new leader loads only the start offset, forgetting the in-flight
-        # state batches (acknowledged and acquired records above it come back).
+        # dropped and the next leader ignores their persisted state, starting again from
+        # share.auto.offset.reset (acknowledged records come back).
         self.broken_forget_state_on_leader_move = False
         self._broken_reload: set[SharePartitionId] = set()
         self.group_configs: dict[str, dict[str, Any]] = {}
@@ -169,11 +169,12 @@ class SharePartitionManager:
         config = self.config_for(group_id)
         sc = self.share_coordinator
         result = sc.read(group_id, topic_id, partition, leader_epoch, now_ms=now_ms) if sc is not None else None
-        if result is not None and result.ok:
-            batches = () if key in self._broken_reload else result.state_batches
+        if key in self._broken_reload:
             self._broken_reload.discard(key)
+            result = None
+        if result is not None and result.ok:
             sp = SharePartition.from_state(
-                group_id, log.topic, partition, result.start_offset, batches, config,
+                group_id, log.topic, partition, result.start_offset, result.state_batches, config,
                 state_epoch=result.state_epoch, leader_epoch=leader_epoch, log=log, now_ms=now_ms,
             )
             # A start offset of -1 (initialised by the group coordinator, never written)
