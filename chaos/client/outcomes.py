@@ -108,7 +108,6 @@ TABLE: dict[tuple[str, str], tuple[str, str]] = {
     ("share_ack", _e(ErrorCode.invalid_share_session_epoch)): (FAIL, "refused before any acknowledgement was applied"),
     ("share_fetch", _e(ErrorCode.share_session_not_found)): (FAIL, "refused before anything was acquired"),
     ("share_fetch", _e(ErrorCode.invalid_share_session_epoch)): (FAIL, "refused before anything was acquired"),
-    ("share_fetch", "IllegalShareStateError"): (FAIL, "the client refused the call before sending anything"),
     (ANY, "_DESTROY"): (INFO, "the client was closed with requests in flight"),
     (ANY, "_PURGE_INFLIGHT"): (INFO, "purged after sending"),
     (ANY, "_PURGE_QUEUE"): (FAIL, "purged before it was sent"),
