@@ -37,3 +37,14 @@ def test_judge_names_each_outcome():
     assert kafka_17754.judge(o).verdict == "fenced"
     o = kafka_17754.Outcome("x", 1, late_end_txn_error="none", visible=["t1"])
     assert kafka_17754.judge(o).wrong
+
+
+def test_unknown_scenario_is_one_line_exit_2(capsys):
+    import argparse
+
+    from chaos import chaos_cmd
+    p = argparse.ArgumentParser()
+    chaos_cmd.add_arguments(p)
+    assert chaos_cmd.run(p.parse_args(["--scenario", "nope"])) == chaos_cmd.EXIT_COULD_NOT_RUN
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("kipcheck: error: unknown scenario")
