@@ -182,14 +182,21 @@ class ShareWorkload:
     # ------------------------------------------------------------------ after the heal
 
     def catch_up(self, timeout_s: float = CATCH_UP_S) -> None:
-        """Members accept everything until every produced record is settled (or time is up)."""
+        """Members accept everything until every produced record is settled and a whole
+        round delivers nothing more (a redelivery after the heal must be seen), or time is up."""
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and self.produced - self.settled:
+        while time.monotonic() < deadline:
+            got = 0
             for i in range(self.n_members):
                 if i not in self.members:
                     self._start_member(i)
-                elif self._turn(i, stop_at=deadline, ack="accept") == 0:
-                    time.sleep(0.05)
+                    got += 1  # a fresh member has not polled yet: not quiet
+                else:
+                    got += self._turn(i, stop_at=deadline, ack="accept")
+            if got == 0 and not self.produced - self.settled:
+                break
+            if got == 0:
+                time.sleep(0.05)
         for i in list(self.members):
             name = self.process[i]
             inv = self.rec.invoke(name, "leave")
