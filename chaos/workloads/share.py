@@ -30,6 +30,7 @@ POLL_S = 0.3
 ACK_WEIGHTS = (("accept", 70), ("release", 15), ("reject", 15))
 CRASH_P = 0.03
 CATCH_UP_S = 90.0
+WARM_UP_S = 60.0
 
 
 class ShareWorkload:
@@ -70,6 +71,18 @@ class ShareWorkload:
             cc.close()
         for i in range(self.n_members):
             self._start_member(i)
+        self._warm_up()
+
+    def _warm_up(self, wait_s: float = WARM_UP_S) -> None:
+        """Rounds until every partition has had a record settled: the members are assigned
+        and fetching before the first fault (the schedule starts after setup)."""
+        deadline = time.monotonic() + wait_s
+        keys = {f"{self.topic}-{p}" for p in range(self.partitions)}
+        while time.monotonic() < deadline and keys - {k for k, _ in self.settled}:
+            self._produce(self.per_round)
+            for i in range(self.n_members):
+                if i in self.members:
+                    self._turn(i, stop_at=deadline, ack="accept")
 
     def _start_member(self, i: int) -> None:
         name = f"m{i}.{next(self._incarnations)}"
