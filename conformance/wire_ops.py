@@ -137,7 +137,7 @@ def fetch(
         forgotten_topics_data=(),
         rack_id="",
     )
-    if resp.error_code != 0:
+    if resp.error_code != ErrorCode.none:
         raise RuntimeError(f"Fetch failed at the top level: {resp.error_code!r}")
     return resp.responses[0].partitions[0]
 
@@ -204,7 +204,7 @@ def offset_fetch(client: RawClient, group: str, topic: str, partitions: list[int
             require_stable=require_stable,
         )
         g = resp.groups[0]
-        if g.error_code != 0:
+        if g.error_code != ErrorCode.none:
             raise GroupError(int(g.error_code))
         topics = g.topics
     else:
@@ -265,7 +265,7 @@ def join_group(client: RawClient, group: str, member_id: str = "", topic: str = 
             protocols=(r.part("JoinGroupRequestProtocol", name="range", metadata=subscription),),
             reason=None,
         )
-        if resp.error_code == 79:  # MEMBER_ID_REQUIRED: rejoin with the assigned id
+        if resp.error_code == ErrorCode.member_id_required:  # rejoin with the assigned id
             member_id = resp.member_id
             continue
         return resp

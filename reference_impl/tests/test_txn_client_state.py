@@ -156,12 +156,12 @@ def test_maybe_fail_with_error():
     sm.transition_to(ABORTABLE, AbortableTxnError("produce failed", 47))
     with pytest.raises(AbortableTxnError) as exc:
         sm.maybe_fail_with_error()
-    assert exc.value.error_code == 47
+    assert exc.value.error_code == ErrorCode.invalid_producer_epoch
     sm = _machine_in(IN_TXN)
     sm.to_fatal_error(ProducerFencedError("fenced", 90))
     with pytest.raises(ProducerFencedError) as exc2:
         sm.maybe_fail_with_error()
-    assert isinstance(exc2.value, FatalTxnError) and exc2.value.error_code == 90
+    assert isinstance(exc2.value, FatalTxnError) and exc2.value.error_code == ErrorCode.producer_fenced
     sm = _machine_in(READY)
     sm.to_fatal_error(RuntimeError("other"))
     with pytest.raises(FatalTxnError):

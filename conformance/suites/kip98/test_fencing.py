@@ -34,7 +34,7 @@ NONE, NOT_COORDINATOR, CONCURRENT_TRANSACTIONS = ErrorCode.none, ErrorCode.not_c
 INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, INVALID_PRODUCER_ID_MAPPING = ErrorCode.invalid_producer_epoch, ErrorCode.invalid_txn_state, ErrorCode.invalid_producer_id_mapping
 INVALID_TRANSACTION_TIMEOUT, PRODUCER_FENCED, TRANSACTIONAL_ID_NOT_FOUND = ErrorCode.invalid_transaction_timeout, ErrorCode.producer_fenced, ErrorCode.transactional_id_not_found
 FENCING = {INVALID_PRODUCER_EPOCH, PRODUCER_FENCED}
-_SETTLING = {14, 15, 16}  # coordinator loading / not available / moved
+_SETTLING = {ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available, ErrorCode.not_coordinator}
 
 
 # ----------------------------------------------------------------------------- helpers
