@@ -27,6 +27,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, help="output directory (default: chaos-out/SEED)")
     p.add_argument("--copier-client", default="confluent",
                    help="copier only: confluent (TV1) | reference-tv1 | reference-tv2")
+    p.add_argument("--scenario", default=None, metavar="NAME",
+                   help="run a named scenario instead of a workload: kafka-17754 (uses --target and --out)")
+    p.add_argument("--transaction-version", default="auto", choices=("auto", "1", "2"),
+                   help="scenario only: the client's transaction version (default: what the target finalised)")
+    p.add_argument("--share-client", default="reference", help="share only: reference | confluent")
 
 
 def replay_command(args: argparse.Namespace, seed: int, out: Path) -> str:
@@ -34,6 +39,8 @@ def replay_command(args: argparse.Namespace, seed: int, out: Path) -> str:
              args.nemesis, "--seed", str(seed), "--time-limit", f"{args.time_limit:g}", "--out", str(out)]
     if args.workload == "copier" and args.copier_client != "confluent":
         parts += ["--copier-client", args.copier_client]
+    if args.workload == "share" and args.share_client != "reference":
+        parts += ["--share-client", args.share_client]
     return shlex.join(parts)
 
 
@@ -59,8 +66,6 @@ def _validate(args: argparse.Namespace) -> dict:
         raise UsageError(f"no injector for fault kind(s) {', '.join(unknown)}; known: {', '.join(known_kinds())}")
     if args.workload not in WORKLOADS:
         raise UsageError(f"unknown workload {args.workload!r}; expected one of {', '.join(WORKLOADS)}")
-    if args.workload == "share":
-        raise UsageError("the share workload is not available yet; use queue or copier")
     if not 0 < args.time_limit <= 3600:
         raise UsageError("--time-limit must be in (0, 3600] seconds")
     if args.workload == "copier":
@@ -68,11 +73,53 @@ def _validate(args: argparse.Namespace) -> dict:
         if args.copier_client not in CLIENTS:
             raise UsageError(f"--copier-client must be one of {', '.join(CLIENTS)}")
         return {"client": args.copier_client}
+    if args.workload == "share":
+        from chaos.workloads.share import CLIENTS as SHARE_CLIENTS
+        if args.share_client not in SHARE_CLIENTS:
+            raise UsageError(f"--share-client must be one of {', '.join(SHARE_CLIENTS)}")
+        return {"client": args.share_client}
     return {}
+
+
+def run_scenario(args: argparse.Namespace) -> int:
+    """``--scenario NAME``: a fixed reproduction; exit 0 correct, 1 wrong, 2 could not run."""
+    from chaos.scenarios import SCENARIOS
+    if args.scenario not in SCENARIOS:
+        print(f"kipcheck: error: unknown scenario {args.scenario!r}; expected one of {', '.join(SCENARIOS)}",
+              file=sys.stderr, flush=True)
+        return EXIT_COULD_NOT_RUN
+    from chaos.scenarios import kafka_17754
+    from fixtures.target import parse_target_spec
+    try:
+        parse_target_spec(args.target)
+    except ValueError as exc:
+        print(f"kipcheck: error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_COULD_NOT_RUN
+    out_dir = Path(args.out) if args.out else Path("chaos-out") / args.scenario
+    replay = shlex.join(["kipcheck", "chaos", "--scenario", args.scenario, "--target", args.target, "--out", str(out_dir),
+                         "--transaction-version", args.transaction_version])
+    tv = args.transaction_version if args.transaction_version == "auto" else int(args.transaction_version)
+    try:
+        res = kafka_17754.run_spec(args.target, out_dir, transaction_version=tv)
+    except Exception as exc:  # noqa: BLE001 - any failure to run is exit 2, one line
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"kipcheck: error: scenario could not run: {why}", file=sys.stderr, flush=True)
+        print(f"replay: {replay}", flush=True)
+        return EXIT_COULD_NOT_RUN
+    print(f"target={res.target} transaction_version={res.transaction_version} end_txn=v{res.end_txn_version} "
+          f"late_end_txn={res.late_end_txn_error} abort2={res.abort2_error or 'NONE'} visible={res.visible}")
+    print(f"verdict: {res.verdict} ({res.explanation})")
+    if res.wrong:
+        print(f"replay: {replay}", flush=True)
+        return EXIT_ANOMALY
+    return EXIT_VALID
 
 
 def run(args: argparse.Namespace) -> int:
     import random
+
+    if args.scenario is not None:
+        return run_scenario(args)
 
     from chaos.runner import CouldNotRun, RunConfig
     from chaos.runner import run as run_chaos

@@ -100,6 +100,10 @@ def _canon_mop(mop: Any) -> list:
                 canon.append([pair[0], pair[1]])
             reads[key_of(k)] = canon
         return ["poll", reads]
+    if kind == "offsets":
+        if len(mop) != 5 or not isinstance(mop[4], Mapping):
+            raise HistoryError(f"offsets micro-op is [offsets, group, generation, member, {{key: offset}}]: {mop!r}")
+        return ["offsets", mop[1], mop[2], mop[3], {key_of(k): o for k, o in mop[4].items()}]
     raise HistoryError(f"unknown micro-op {kind!r}")
 
 
@@ -124,6 +128,12 @@ def _canon_value(f: str, value: Any) -> Any:
 def send(key: Any, value: Any, offset: int | None = None) -> list:
     """Send micro-op; with ``offset`` it is the acknowledged (completion) form."""
     return ["send", key_of(key), value if offset is None else [offset, value]]
+
+
+def offsets(group: str, generation: int, member: str, positions: Mapping[Any, int]) -> list:
+    """Offsets micro-op: ``sendOffsetsToTransaction`` with the consumer's group metadata
+    (KIP-447: TxnOffsetCommit carries generation and member id)."""
+    return ["offsets", group, generation, member, {key_of(k): o for k, o in positions.items()}]
 
 
 def poll(reads: Mapping[Any, Iterable[Sequence]] | None = None) -> list:
@@ -184,6 +194,8 @@ def strip_results(value: Any) -> Any:
         if mop[0] == "send":
             s = sends_of([mop])[0]
             out.append(["send", s.key, s.value])
+        elif mop[0] == "offsets":
+            out.append(list(mop))
         else:
             out.append(["poll"])
     return out

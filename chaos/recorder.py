@@ -56,10 +56,11 @@ class Recorder:
         for inv in list(self._open.values()):
             self.complete(inv, INFO, error=why)
 
-    def history(self) -> History:
+    def history(self, cls: type[History] = History) -> History:
+        """The recorded ops as ``cls`` (a share-group workload records a ShareHistory)."""
         with self._lock:
             ops = sorted(self._ops, key=lambda op: op["time_ns"])
-        return History.from_list([{**op, "index": i} for i, op in enumerate(ops)]).validate()
+        return cls.from_list([{**op, "index": i} for i, op in enumerate(ops)]).validate()
 
 
 def read_jsonl(path: Path) -> list[dict]:

@@ -113,6 +113,8 @@ def run(cfg: RunConfig, log=print) -> RunResult:
     opts = dict(cfg.workload_options)
     if cfg.workload == "copier":
         opts.setdefault("workdir", cfg.out / "copier")
+    if cfg.workload == "share":
+        opts.setdefault("faulted", bool(specs))
     workload = make_workload(cfg.workload, cfg.seed, **opts)
     target = create_target(cfg.target)
     rec = Recorder()
@@ -130,6 +132,9 @@ def run(cfg: RunConfig, log=print) -> RunResult:
             for n in nemeses:
                 n.setup(target)
             workload.setup(target, rec)
+            for n in nemeses:
+                if hasattr(n, "bind"):  # client-side faults (hijack) act through the workload
+                    n.bind(workload, rec)
         except Exception as exc:
             raise CouldNotRun(f"{type(exc).__name__}: {exc}") from exc
         by_kind = {k: n for n in nemeses for k in n.kinds}
@@ -152,7 +157,7 @@ def run(cfg: RunConfig, log=print) -> RunResult:
         rec.close_open("the run ended with it open")
         log("final heal done; catch-up reads")
         workload.catch_up()
-        history = rec.history()
+        history = rec.history(getattr(workload, "history_class", History))
         checked = workload.check(history)
     finally:
         for n in nemeses:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable, Mapping
 
 from chaos.checkers.share_rules import ack_name
-from chaos.history import COMPLETION_TYPES, INFO, INVOKE, OK, HistoryError, History, Key, Op, key_of
+from chaos.history import COMPLETION_TYPES, INFO, INVOKE, NEMESIS_FS, OK, HistoryError, History, Key, Op, key_of
 from chaos.history import Completed as BaseCompleted
 
 __all__ = [
@@ -39,7 +39,7 @@ __all__ = [
     "ShareOp", "ShareRecorder", "ack_entries_of", "ack_type", "acquisitions_of", "from_json", "to_json",
 ]
 
-FS = ("produce", "fetch", "ack", "spso", "join", "leave", "crash")
+FS = ("produce", "fetch", "ack", "spso", "join", "leave", "crash") + NEMESIS_FS  # faults recorded alongside
 ACK_TYPES = ("accept", "release", "reject")
 
 

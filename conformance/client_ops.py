@@ -14,6 +14,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from fixtures.target import NotSupportedByTarget, Target
+from reference_impl.protocol.api_keys import ApiKey
 
 DEFAULT_TIMEOUT_S = 30.0
 
@@ -33,7 +34,7 @@ def create_topic(target: Target, topic: str, partitions: int = 1, timeout: float
 
     Targets without CreateTopics (librdkafka's mock) create it by their own means."""
     client = admin(target)
-    if target.capabilities().supports_api(19):
+    if target.capabilities().supports_api(ApiKey.CREATE_TOPICS):
         futures = client.create_topics(
             [NewTopic(topic, num_partitions=partitions, replication_factor=-1, config=topic_config)],
             operation_timeout=timeout,

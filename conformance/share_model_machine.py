@@ -62,6 +62,7 @@ from fixtures.reference_target import reference_target_config
 from reference_impl.client.raw_client import ClusterClient
 from reference_impl.model.clock import ManualClock
 from reference_impl.server.broker_server import ThreadedReferenceCluster
+from kio.schema.errors import ErrorCode
 
 __all__ = ["ExistingCluster", "MachineConfig", "PrivateReference", "ShareSide", "SharePartitionModel",
            "build_machine", "default_settings", "run_machine"]
@@ -73,7 +74,7 @@ EXPIRY_MARGIN_S = 0.9
 WAIT_SLACK_S = 0.4
 """Sleep this long past the lock duration: Kafka's expiry timer fires a little late."""
 FETCH_WAIT_MS = 300
-NONE, INVALID_RECORD_STATE, INVALID_SHARE_SESSION_EPOCH = 0, 121, 123
+NONE, INVALID_RECORD_STATE, INVALID_SHARE_SESSION_EPOCH = ErrorCode.none, ErrorCode.invalid_record_state, ErrorCode.invalid_share_session_epoch
 FETCH_ATTEMPTS = 3
 ACK_NAMES = {ACCEPT: "accept", RELEASE: "release", REJECT: "reject"}
 OPS = ("ack", "wait", "fetch", "produce", "misuse", "ack", "fetch", "leave", "join", "ack", "fetch", "produce")

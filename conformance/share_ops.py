@@ -21,12 +21,13 @@ from fixtures.target import NotSupportedByTarget
 from reference_impl.client.raw_client import ClusterClient, RawClient
 from reference_impl.protocol import framing, payloads
 from reference_impl.protocol import records as r
+from reference_impl.protocol.api_keys import ApiKey
 
 E = ErrorCode
 ACCEPT, RELEASE, REJECT, RENEW = 1, 2, 3, 4
 GAP = 0
-SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE = 76, 77, 78, 79
-INCREMENTAL_ALTER_CONFIGS, GROUP_RESOURCE, SET = 44, 32, 0
+SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE = ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_DESCRIBE, ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE
+INCREMENTAL_ALTER_CONFIGS, GROUP_RESOURCE, SET = ApiKey.INCREMENTAL_ALTER_CONFIGS, 32, 0
 RETRIABLE_COORDINATOR_ERRORS = (E.not_coordinator, E.coordinator_not_available, E.coordinator_load_in_progress)
 
 PartitionKey = tuple[uuid.UUID, int]
@@ -222,7 +223,7 @@ def produce_values(client: ClusterClient, topic: str, values: list[bytes], parti
 
 # -- share-partition state as the share coordinator persisted it (ReadShareGroupState) ---------
 
-READ_SHARE_GROUP_STATE, SHARE_COORDINATOR_KEY_TYPE = 84, 2
+READ_SHARE_GROUP_STATE, SHARE_COORDINATOR_KEY_TYPE = ApiKey.READ_SHARE_GROUP_STATE, 2
 AVAILABLE, ACKNOWLEDGED, ARCHIVED = 0, 2, 4  # persisted DeliveryState codes (Acquired is never persisted)
 
 

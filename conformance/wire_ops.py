@@ -17,10 +17,11 @@ from kio.schema.consumer_protocol_subscription.v0.data import ConsumerProtocolSu
 
 from reference_impl.client.raw_client import ClusterClient, RawClient
 from reference_impl.protocol import framing, payloads
+from reference_impl.protocol.api_keys import ApiKey
 
-PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
-OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
-JOIN_GROUP, HEARTBEAT, SYNC_GROUP, CREATE_TOPICS = 11, 12, 14, 19
+PRODUCE, FETCH, LIST_OFFSETS, METADATA = ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.METADATA
+OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.FIND_COORDINATOR
+JOIN_GROUP, HEARTBEAT, SYNC_GROUP, CREATE_TOPICS = ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT, ApiKey.SYNC_GROUP, ApiKey.CREATE_TOPICS
 
 def cluster_client(target: Target) -> ClusterClient:
     """A raw client to every broker, secured as the target's client config says (TLS, SASL);
@@ -136,7 +137,7 @@ def fetch(
         forgotten_topics_data=(),
         rack_id="",
     )
-    if resp.error_code != 0:
+    if resp.error_code != ErrorCode.none:
         raise RuntimeError(f"Fetch failed at the top level: {resp.error_code!r}")
     return resp.responses[0].partitions[0]
 
@@ -203,7 +204,7 @@ def offset_fetch(client: RawClient, group: str, topic: str, partitions: list[int
             require_stable=require_stable,
         )
         g = resp.groups[0]
-        if g.error_code != 0:
+        if g.error_code != ErrorCode.none:
             raise GroupError(int(g.error_code))
         topics = g.topics
     else:
@@ -264,7 +265,7 @@ def join_group(client: RawClient, group: str, member_id: str = "", topic: str = 
             protocols=(r.part("JoinGroupRequestProtocol", name="range", metadata=subscription),),
             reason=None,
         )
-        if resp.error_code == 79:  # MEMBER_ID_REQUIRED: rejoin with the assigned id
+        if resp.error_code == ErrorCode.member_id_required:  # rejoin with the assigned id
             member_id = resp.member_id
             continue
         return resp

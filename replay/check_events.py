@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from reference_impl.protocol.api_keys import ApiKey
 
-API_PRODUCE, API_FETCH, API_OFFSET_COMMIT, API_OFFSET_FETCH = 0, 1, 8, 9
-API_INIT_PRODUCER_ID, API_ADD_PARTITIONS, API_ADD_OFFSETS, API_END_TXN, API_TXN_OFFSET_COMMIT = 22, 24, 25, 26, 28
-API_SHARE_FETCH, API_SHARE_ACKNOWLEDGE, API_DESCRIBE_SHARE_GROUP_OFFSETS = 78, 79, 90
-TXN_APIS = (API_INIT_PRODUCER_ID, API_ADD_PARTITIONS, API_ADD_OFFSETS, API_END_TXN, API_TXN_OFFSET_COMMIT)
-API_METADATA, API_CREATE_TOPICS = 3, 19
+TXN_APIS = (ApiKey.INIT_PRODUCER_ID, ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN, ApiKey.TXN_OFFSET_COMMIT)
 READ_COMMITTED = 1
 # the apis any rule reads; Produce only with a transactional id, Fetch only read_committed
-RELEVANT_APIS = (API_PRODUCE, API_FETCH, API_METADATA, API_OFFSET_COMMIT, API_OFFSET_FETCH, API_CREATE_TOPICS,
-                 *TXN_APIS, API_SHARE_FETCH, API_SHARE_ACKNOWLEDGE, API_DESCRIBE_SHARE_GROUP_OFFSETS)
+RELEVANT_APIS = (ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.METADATA, ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.CREATE_TOPICS,
+                 *TXN_APIS, ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE, ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS)
 
 # the columns the check reads (everything else stays on disk)
 COLUMNS = [
@@ -29,12 +26,11 @@ COLUMNS = [
 ]
 
 
-
 def relevant(api_key: int, transactional_id: str | None, request_json: str | None) -> bool:
     """Does any rule read this exchange? (the Spark path filters with the same predicate)"""
-    if api_key == API_PRODUCE:
+    if api_key == ApiKey.PRODUCE:
         return transactional_id is not None
-    if api_key == API_FETCH:
+    if api_key == ApiKey.FETCH:
         return json_field(request_json, "isolation_level") == READ_COMMITTED
     return api_key in RELEVANT_APIS
 

@@ -15,6 +15,7 @@ import pyarrow as pa
 from replay import check_events as ev
 from replay.check_rules import requirements_of
 from replay.entity_replay import REPLAYS, CheckConfig, Violation
+from reference_impl.protocol.api_keys import ApiKey
 
 
 def _ok(r: dict) -> bool:
@@ -48,7 +49,7 @@ class Normalizer:
         ends: dict[str, int] = defaultdict(int)
         for r in sorted((r for r in self.rows if r["transactional_id"] is not None), key=lambda r: r["seq"]):
             ordinal[r["seq"]] = ends[r["transactional_id"]]
-            if r["api_key"] == ev.API_END_TXN and _ok(r):
+            if r["api_key"] == ApiKey.END_TXN and _ok(r):
                 ends[r["transactional_id"]] += 1
         return ordinal
 
@@ -56,12 +57,12 @@ class Normalizer:
         out = []
         for r in self.rows:
             tid = r["transactional_id"]
-            if tid is None or r["status"] != "ok" or not (r["api_key"] in ev.TXN_APIS or r["api_key"] == ev.API_PRODUCE):
+            if tid is None or r["status"] != "ok" or not (r["api_key"] in ev.TXN_APIS or r["api_key"] == ApiKey.PRODUCE):
                 continue
             gp = ge = None
-            if r["api_key"] in (ev.API_INIT_PRODUCER_ID, ev.API_END_TXN):
+            if r["api_key"] in (ApiKey.INIT_PRODUCER_ID, ApiKey.END_TXN):
                 gp, ge = ev.json_field(r["response_json"], "producer_id"), ev.json_field(r["response_json"], "producer_epoch")
-            init = r["api_key"] == ev.API_INIT_PRODUCER_ID
+            init = r["api_key"] == ApiKey.INIT_PRODUCER_ID
             out.append({"entity": tid, "seq": r["seq"], "api": r["api_key"], "t_req": r["request_mono_ns"],
                         "t_resp": r["response_mono_ns"], "pid": None if init else r["producer_id"],
                         "epoch": None if init else r["producer_epoch"], "grant_pid": gp, "grant_epoch": ge, "ok": _ok(r)})
@@ -75,9 +76,9 @@ class Normalizer:
             api, g = r["api_key"], r["group_id"]
             if r["status"] != "ok" or g is None:
                 continue
-            if api in (ev.API_OFFSET_COMMIT, ev.API_TXN_OFFSET_COMMIT) and _ok(r):
+            if api in (ApiKey.OFFSET_COMMIT, ApiKey.TXN_OFFSET_COMMIT) and _ok(r):
                 kind, txn = "commit", None
-                if api == ev.API_TXN_OFFSET_COMMIT:
+                if api == ApiKey.TXN_OFFSET_COMMIT:
                     if r["transactional_id"] is None:
                         continue
                     kind, txn = "txn_commit", ev.txn_key(r["transactional_id"], ordinal[r["seq"]])
@@ -87,14 +88,14 @@ class Normalizer:
                         out.append({"entity": g, "seq": r["seq"], "kind": kind, "t": r["request_mono_ns"],
                                     "topic": self.topic(p["topic"], p["topic_id"]), "partition": p["partition"],
                                     "offset": p["committed_offset"], "txn": txn, "committed": None})
-            elif api == ev.API_OFFSET_FETCH:
+            elif api == ApiKey.OFFSET_FETCH:
                 for p in r["partitions"] or ():
                     if p["side"] == "response" and p["committed_offset"] is not None and not p["error_code"]:
                         out.append({"entity": g, "seq": r["seq"], "kind": "fetch", "t": r["response_mono_ns"],
                                     "topic": self.topic(p["topic"], p["topic_id"]), "partition": p["partition"],
                                     "offset": p["committed_offset"], "txn": None, "committed": None})
         for r in self.rows:
-            if r["api_key"] == ev.API_END_TXN and r["transactional_id"] is not None and _ok(r):
+            if r["api_key"] == ApiKey.END_TXN and r["transactional_id"] is not None and _ok(r):
                 txn = ev.txn_key(r["transactional_id"], ordinal[r["seq"]])
                 committed = bool(ev.json_field(r["request_json"], "committed"))
                 for g in groups_of_txn.get(txn, ()):
@@ -110,18 +111,18 @@ class Normalizer:
         out = []
         for r in self.rows:
             api, g, m = r["api_key"], r["group_id"], r["member_id"]
-            if api == ev.API_DESCRIBE_SHARE_GROUP_OFFSETS and r["status"] == "ok" and g is not None:
+            if api == ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS and r["status"] == "ok" and g is not None:
                 for tid, part, spso in ev.spso_reports(r["response_json"]):
                     out.append(self._share(g, r, "spso", tid, part, None, spso, spso, None, None))
                 continue
-            if api not in (ev.API_SHARE_FETCH, ev.API_SHARE_ACKNOWLEDGE) or r["status"] != "ok" or g is None or m is None:
+            if api not in (ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE) or r["status"] != "ok" or g is None or m is None:
                 continue
             top_ok = not r["error_code"]
             for a in r["acknowledgement_batches"] or ():
                 if a["side"] == "request":
                     out.append(self._share(g, r, "ack", a["topic_id"], a["partition"], m, a["first_offset"],
                                            a["last_offset"], None, list(a["acknowledge_types"])))
-            if api == ev.API_SHARE_FETCH and top_ok:
+            if api == ApiKey.SHARE_FETCH and top_ok:
                 for a in r["acquired_records"] or ():
                     out.append(self._share(g, r, "acq", a["topic_id"], a["partition"], m, a["first_offset"],
                                            a["last_offset"], a["delivery_count"], None))
@@ -139,7 +140,7 @@ class Normalizer:
     def session_events(self) -> list[dict]:
         out = []
         for r in self.rows:
-            if r["api_key"] not in (ev.API_SHARE_FETCH, ev.API_SHARE_ACKNOWLEDGE) or r["status"] != "ok":
+            if r["api_key"] not in (ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE) or r["status"] != "ok":
                 continue
             g, m, epoch = r["group_id"], r["member_id"], r["share_session_epoch"]
             if g is None or m is None or epoch is None:
@@ -157,11 +158,11 @@ class Normalizer:
         ordinal = self.txn_ordinals()
         outcome: dict[str, bool] = {}
         for r in self.rows:
-            if r["api_key"] == ev.API_END_TXN and r["transactional_id"] is not None and _ok(r):
+            if r["api_key"] == ApiKey.END_TXN and r["transactional_id"] is not None and _ok(r):
                 outcome[ev.txn_key(r["transactional_id"], ordinal[r["seq"]])] = bool(ev.json_field(r["request_json"], "committed"))
         out: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
         for r in self.rows:
-            if r["api_key"] != ev.API_PRODUCE or r["transactional_id"] is None or r["status"] != "ok":
+            if r["api_key"] != ApiKey.PRODUCE or r["transactional_id"] is None or r["status"] != "ok":
                 continue
             if outcome.get(ev.txn_key(r["transactional_id"], ordinal[r["seq"]])) is not False:
                 continue
@@ -177,7 +178,7 @@ class Normalizer:
         out: list[Violation] = []
         aborted = self.aborted_ranges()
         for r in self.rows:
-            if r["api_key"] != ev.API_FETCH or r["status"] != "ok":
+            if r["api_key"] != ApiKey.FETCH or r["status"] != "ok":
                 continue
             if ev.json_field(r["request_json"], "isolation_level") != ev.READ_COMMITTED:
                 continue

@@ -16,6 +16,7 @@ from typing import Any
 from replay import check_events as ev
 from replay.check_rules import RULES
 from replay.entity_replay import REPLAYS, CheckConfig
+from reference_impl.protocol.api_keys import ApiKey
 
 VIOLATION_DDL = "rule_id string, entity string, seq long, detail string"
 
@@ -33,18 +34,18 @@ def exchanges(df: Any) -> Any:
     F = _F()
     cols = [c for c in ev.COLUMNS if c in df.columns and c not in ("request_json", "response_json")]
     api = F.col("api_key")
-    wanted = (F.when(api == ev.API_PRODUCE, F.col("transactional_id").isNotNull())
-              .when(api == ev.API_FETCH, F.coalesce(
+    wanted = (F.when(api == ApiKey.PRODUCE, F.col("transactional_id").isNotNull())
+              .when(api == ApiKey.FETCH, F.coalesce(
                   F.get_json_object("request_json", "$.isolation_level").cast("int") == ev.READ_COMMITTED, F.lit(False)))
               .otherwise(api.isin(*ev.RELEVANT_APIS)))
-    grants = api.isin(ev.API_INIT_PRODUCER_ID, ev.API_END_TXN)
+    grants = api.isin(ApiKey.INIT_PRODUCER_ID, ApiKey.END_TXN)
     return (df.filter((F.col("kind") == "exchange") & F.col("seq").isNotNull() & F.col("decode_error").isNull() & wanted)
             .select(*cols,
                     F.when(grants, F.get_json_object("response_json", "$.producer_id").cast("long")).alias("grant_pid"),
                     F.when(grants, F.get_json_object("response_json", "$.producer_epoch").cast("int")).alias("grant_epoch"),
-                    F.when(api == ev.API_END_TXN, F.coalesce(F.get_json_object("request_json", "$.committed").cast("boolean"),
+                    F.when(api == ApiKey.END_TXN, F.coalesce(F.get_json_object("request_json", "$.committed").cast("boolean"),
                                                              F.lit(False))).alias("committed"),
-                    F.when(api == ev.API_DESCRIBE_SHARE_GROUP_OFFSETS, F.col("response_json")).alias("response_json")))
+                    F.when(api == ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, F.col("response_json")).alias("response_json")))
 
 
 def _ok() -> Any:
@@ -91,9 +92,9 @@ class SparkChecker:
 
             F = _F()
             w = Window.partitionBy("transactional_id").orderBy("seq").rowsBetween(Window.unboundedPreceding, -1)
-            end = (_api(ev.API_END_TXN) & F.col("ok")).cast("int")
+            end = (_api(ApiKey.END_TXN) & F.col("ok")).cast("int")
             self._txn_rows = (self.base.filter(F.col("transactional_id").isNotNull()
-                                               & _api(ev.API_PRODUCE, ev.API_END_TXN, ev.API_TXN_OFFSET_COMMIT))
+                                               & _api(ApiKey.PRODUCE, ApiKey.END_TXN, ApiKey.TXN_OFFSET_COMMIT))
                               .withColumn("ordinal", F.coalesce(F.sum(end).over(w), F.lit(0)))
                               .withColumn("txn", F.concat_ws("#", "transactional_id", F.col("ordinal").cast("string")))
                               .persist(StorageLevel.MEMORY_AND_DISK))
@@ -130,9 +131,9 @@ class SparkChecker:
 
     def txn_events(self) -> Any:
         F = _F()
-        init = _api(ev.API_INIT_PRODUCER_ID)
+        init = _api(ApiKey.INIT_PRODUCER_ID)
         return (self.base.filter(F.col("transactional_id").isNotNull() & (F.col("status") == "ok")
-                                 & _api(ev.API_PRODUCE, *ev.TXN_APIS))
+                                 & _api(ApiKey.PRODUCE, *ev.TXN_APIS))
                 .select(F.col("transactional_id").alias("entity"), "seq", F.col("api_key").cast("int").alias("api"),
                         F.col("request_mono_ns").alias("t_req"), F.col("response_mono_ns").alias("t_resp"),
                         F.when(~init, F.col("producer_id")).alias("pid"),
@@ -143,17 +144,17 @@ class SparkChecker:
         F = _F()
         txn = self.txn_rows()
         keep = ["seq", "group_id", "api_key", "request_mono_ns", "ok", "partitions", "txn"]
-        plain = self.base.filter(_api(ev.API_OFFSET_COMMIT)).withColumn("txn", F.lit(None).cast("string")).select(*keep)
-        staged = txn.filter(_api(ev.API_TXN_OFFSET_COMMIT)).select(*keep)
+        plain = self.base.filter(_api(ApiKey.OFFSET_COMMIT)).withColumn("txn", F.lit(None).cast("string")).select(*keep)
+        staged = txn.filter(_api(ApiKey.TXN_OFFSET_COMMIT)).select(*keep)
         commits = (plain.unionByName(staged).filter(F.col("ok") & F.col("group_id").isNotNull())
                    .select("seq", "group_id", "api_key", "request_mono_ns", "txn", F.explode("partitions").alias("p"))
                    .filter((F.col("p.side") == "request") & F.col("p.committed_offset").isNotNull())
                    .select(F.col("group_id").alias("entity"), "seq",
-                           F.when(_api(ev.API_TXN_OFFSET_COMMIT), F.lit("txn_commit")).otherwise(F.lit("commit")).alias("kind"),
+                           F.when(_api(ApiKey.TXN_OFFSET_COMMIT), F.lit("txn_commit")).otherwise(F.lit("commit")).alias("kind"),
                            F.col("request_mono_ns").alias("t"), self.topic_key(F.col("p.topic"), F.col("p.topic_id")).alias("topic"),
                            F.col("p.partition").alias("partition"), F.col("p.committed_offset").alias("offset"), "txn",
                            F.lit(None).cast("boolean").alias("committed")))
-        fetches = (self.base.filter(_api(ev.API_OFFSET_FETCH) & (F.col("status") == "ok") & F.col("group_id").isNotNull())
+        fetches = (self.base.filter(_api(ApiKey.OFFSET_FETCH) & (F.col("status") == "ok") & F.col("group_id").isNotNull())
                    .select("seq", "group_id", "response_mono_ns", F.explode("partitions").alias("p"))
                    .filter((F.col("p.side") == "response") & F.col("p.committed_offset").isNotNull()
                            & (F.coalesce(F.col("p.error_code"), F.lit(0)) == 0))
@@ -161,9 +162,9 @@ class SparkChecker:
                            F.col("response_mono_ns").alias("t"), self.topic_key(F.col("p.topic"), F.col("p.topic_id")).alias("topic"),
                            F.col("p.partition").alias("partition"), F.col("p.committed_offset").alias("offset"),
                            F.lit(None).cast("string").alias("txn"), F.lit(None).cast("boolean").alias("committed")))
-        groups_of_txn = (txn.filter(_api(ev.API_TXN_OFFSET_COMMIT) & F.col("ok") & F.col("group_id").isNotNull())
+        groups_of_txn = (txn.filter(_api(ApiKey.TXN_OFFSET_COMMIT) & F.col("ok") & F.col("group_id").isNotNull())
                          .select("txn", F.col("group_id").alias("entity")).distinct())
-        ends = (txn.filter(_api(ev.API_END_TXN) & F.col("ok")).join(groups_of_txn, "txn")
+        ends = (txn.filter(_api(ApiKey.END_TXN) & F.col("ok")).join(groups_of_txn, "txn")
                 .select("entity", "seq", F.lit("txn_end").alias("kind"), F.col("request_mono_ns").alias("t"),
                         F.lit(None).cast("string").alias("topic"), F.lit(None).cast("int").alias("partition"),
                         F.lit(None).cast("long").alias("offset"), "txn", "committed"))
@@ -173,7 +174,7 @@ class SparkChecker:
         """Share-group events; the entity is the group (replay_share_group keeps one view
         per share-partition and applies a session close to all of them)."""
         F = _F()
-        rows = (self.base.filter(_api(ev.API_SHARE_FETCH, ev.API_SHARE_ACKNOWLEDGE) & (F.col("status") == "ok")
+        rows = (self.base.filter(_api(ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE) & (F.col("status") == "ok")
                                  & F.col("group_id").isNotNull() & F.col("member_id").isNotNull())
                 .select("seq", "api_key", "group_id", "member_id", "error_code", "share_session_epoch", "ok",
                         "request_wall_ms", "response_wall_ms", "acquired_records", "acknowledgement_batches"))
@@ -189,14 +190,14 @@ class SparkChecker:
         acks = rows.select("*", F.explode("acknowledgement_batches").alias("a")).filter(F.col("a.side") == "request")
         acks = shaped(acks, "ack", F.col("a.topic_id"), F.col("a.partition"), F.col("member_id"), F.col("a.first_offset"),
                       F.col("a.last_offset"), none_i, F.col("a.acknowledge_types").cast("array<int>"))
-        acqs = rows.filter(_api(ev.API_SHARE_FETCH) & top_ok).select("*", F.explode("acquired_records").alias("a"))
+        acqs = rows.filter(_api(ApiKey.SHARE_FETCH) & top_ok).select("*", F.explode("acquired_records").alias("a"))
         acqs = shaped(acqs, "acq", F.col("a.topic_id"), F.col("a.partition"), F.col("member_id"), F.col("a.first_offset"),
                       F.col("a.last_offset"), F.col("a.delivery_count"), none_a)
         closes = shaped(rows.filter((F.col("share_session_epoch") == -1) & top_ok), "close", F.lit(None).cast("string"),
                         none_i, F.col("member_id"), none_l, none_l, none_i, none_a)
         spso_schema = ("struct<groups: array<struct<topics: array<struct<topic_id: string, partitions: "
                        "array<struct<partition_index: int, start_offset: long, error_code: int>>>>>>>")
-        spso = (self.base.filter(_api(ev.API_DESCRIBE_SHARE_GROUP_OFFSETS) & (F.col("status") == "ok") & F.col("group_id").isNotNull())
+        spso = (self.base.filter(_api(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS) & (F.col("status") == "ok") & F.col("group_id").isNotNull())
                 .select("seq", "group_id", "ok", "request_wall_ms", "response_wall_ms",
                         F.explode(F.from_json("response_json", spso_schema)["groups"]).alias("g"))
                 .select("*", F.explode("g.topics").alias("t")).select("*", F.explode("t.partitions").alias("p"))
@@ -208,7 +209,7 @@ class SparkChecker:
 
     def session_events(self) -> Any:
         F = _F()
-        return (self.base.filter(_api(ev.API_SHARE_FETCH, ev.API_SHARE_ACKNOWLEDGE) & (F.col("status") == "ok")
+        return (self.base.filter(_api(ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE) & (F.col("status") == "ok")
                                  & F.col("group_id").isNotNull() & F.col("member_id").isNotNull()
                                  & F.col("share_session_epoch").isNotNull())
                 .select(F.concat_ws("|", "upstream", "group_id", "member_id").alias("entity"), "seq",
@@ -224,8 +225,8 @@ class SparkChecker:
         """(topic, partition, producer id, lo, hi) of transactional data that aborted."""
         F = _F()
         txn = self.txn_rows()
-        aborted = txn.filter(_api(ev.API_END_TXN) & F.col("ok") & ~F.col("committed")).select("txn")
-        produce = (txn.filter(_api(ev.API_PRODUCE) & (F.col("status") == "ok")).join(aborted, "txn")
+        aborted = txn.filter(_api(ApiKey.END_TXN) & F.col("ok") & ~F.col("committed")).select("txn")
+        produce = (txn.filter(_api(ApiKey.PRODUCE) & (F.col("status") == "ok")).join(aborted, "txn")
                    .select("partitions", F.explode("batches").alias("b"))
                    .filter((F.col("b.side") == "request") & F.col("b.transactional")))
         same = lambda p: ((p["side"] == "response") & (p["partition"] == F.col("b.partition"))  # noqa: E731
@@ -238,7 +239,7 @@ class SparkChecker:
 
     def fetch_violations(self) -> Any:
         F = _F()
-        rc = self.base.filter(_api(ev.API_FETCH) & (F.col("status") == "ok"))  # exchanges() kept read_committed only
+        rc = self.base.filter(_api(ApiKey.FETCH) & (F.col("status") == "ok"))  # exchanges() kept read_committed only
         b = rc.select("seq", "partitions", "aborted_transactions", F.explode("batches").alias("b")).filter(F.col("b.side") == "response")
         btopic = F.coalesce(F.col("b.topic_id"), F.col("b.topic"))
         same = lambda x: (x["partition"] == F.col("b.partition")) & (F.coalesce(x["topic_id"], x["topic"]) == btopic)  # noqa: E731

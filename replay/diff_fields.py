@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from conformance.normalize import MISSING, Normalizer, compare
+from reference_impl.protocol.api_keys import ApiKey
 
 NULL = "null"
 MISSING_VALUE = MISSING  # "<missing>"
@@ -55,7 +56,6 @@ ID_CATEGORIES = ("producer_id", "member_id", "topic_id")
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 
 # Discovery APIs aligned by request fingerprint (see the module docstring).
-METADATA_KEY, FIND_COORDINATOR_KEY = 3, 10
 
 # Trace columns the diff reads (never the frames).
 READ_COLUMNS = (
@@ -165,9 +165,9 @@ def is_idle_poll(api_name: str, error_code: int | None, error_codes: list | None
 def request_fingerprint(api_key: int, topics: list | None, group_id: str | None,
                         transactional_id: str | None) -> str:
     """The part of a discovery request that says what it asked for ("" for other apis)."""
-    if api_key == METADATA_KEY:
+    if api_key == ApiKey.METADATA:
         return ",".join(sorted(set(topics or ())))
-    if api_key == FIND_COORDINATOR_KEY:
+    if api_key == ApiKey.FIND_COORDINATOR:
         return group_id or transactional_id or ""
     return ""
 

@@ -23,6 +23,7 @@ from pyspark.sql import types as T
 from replay import diff_fields as f
 from replay.diff_input import TraceInput
 from replay.diff_pure import GROUP_KEY, SAMPLES, noise_entry, sort_groups
+from reference_impl.protocol.api_keys import ApiKey
 
 KEY_SEP = "\u0001"
 # Session settings the diff wants (get_spark keeps whatever spark-submit set).
@@ -52,8 +53,8 @@ def with_alignment_keys(df: DataFrame) -> DataFrame:
 def _request_fingerprint() -> Column:
     """diff_fields.request_fingerprint as a column expression."""
     topics = F.array_join(F.array_sort(F.array_distinct(F.coalesce(F.col("topics"), F.array().cast("array<string>")))), ",")
-    return (F.when(F.col("api_key") == f.METADATA_KEY, topics)
-            .when(F.col("api_key") == f.FIND_COORDINATOR_KEY,
+    return (F.when(F.col("api_key") == ApiKey.METADATA, topics)
+            .when(F.col("api_key") == ApiKey.FIND_COORDINATOR,
                   F.coalesce(F.col("group_id"), F.col("transactional_id"), F.lit("")))
             .otherwise(F.lit("")))
 

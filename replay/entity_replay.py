@@ -8,7 +8,8 @@ any order: they are sorted here) and returns violations ``(rule_id, entity, seq,
 The models keep what the reference keeps and answer what the reference would answer:
 
 * transactional id: granted producer id/epoch per id (InitProducerId, EndTxn v5+ bump,
-  KIP-890), and which requests the coordinator/leader must fence from then on;
+  KIP-890), and which requests the coordinator/leader must fence from then on (the rule
+  itself is ``chaos.checkers.fencing``, shared with the chaos copier's checker);
 * group offsets: which offsets are visible to OffsetFetch at a time (plain commits at once,
   transactional ones from their EndTxn(commit), never after an abort);
 * share group, per share-partition (the KIP-932 rules themselves are
@@ -27,14 +28,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from chaos.checkers import fencing
 from chaos.checkers import share_rules as rules
 from reference_impl.model.share_session import ShareSessionCache, ShareSessionError
+from reference_impl.protocol.api_keys import ApiKey
+from kio.schema.errors import ErrorCode
 
 Violation = tuple[str, str, int, str]
-
-API_PRODUCE, API_INIT_PRODUCER_ID, API_END_TXN = 0, 22, 26
-API_SHARE_FETCH, API_SHARE_ACKNOWLEDGE = 78, 79
-SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH = 122, 123
 
 
 @dataclass(frozen=True)
@@ -64,32 +64,35 @@ def _int(x: Any) -> int | None:
 
 
 def replay_transactional_id(entity: str, events: Iterable[dict], cfg: CheckConfig | None = None) -> list[Violation]:
-    """Events: seq, api, t_req, t_resp, pid, epoch, grant_pid, grant_epoch, ok."""
+    """Events: seq, api, t_req, t_resp, pid, epoch, grant_pid, grant_epoch, ok.
+
+    TXN.FENCED_SUCCEEDED is the chaos fencing rule (``chaos.checkers.fencing.fenced_ok``)
+    over (producer id, epoch) holders; the events are its trace->history adapter."""
     out: list[Violation] = []
     granted: dict[int, int] = {}  # producer id -> highest epoch granted
-    current: tuple[int, int, int] | None = None  # (pid, epoch, response time of the grant)
+    steps: list[fencing.Grant | fencing.Use] = []
     for e in sorted(events, key=lambda e: int(e["seq"])):
         seq, api, ok = int(e["seq"]), int(e["api"]), bool(e["ok"])
         pid, epoch = _int(e.get("pid")), _int(e.get("epoch"))
-        if ok and current is not None and api != API_INIT_PRODUCER_ID and pid is not None and pid >= 0 \
-                and epoch is not None and int(e["t_req"]) > current[2]:
-            cur_pid, cur_epoch, _ = current
-            if pid == cur_pid and epoch < cur_epoch:
-                out.append(("TXN.FENCED_SUCCEEDED", entity, seq,
-                            f"api {api} with producer {pid} epoch {epoch} succeeded after epoch {cur_epoch} was granted"))
-            elif pid != cur_pid and pid in granted:
-                out.append(("TXN.FENCED_SUCCEEDED", entity, seq,
-                            f"api {api} with old producer id {pid} succeeded after producer id {cur_pid} was granted"))
+        if api != ApiKey.INIT_PRODUCER_ID and pid is not None and pid >= 0 and epoch is not None:
+            steps.append(fencing.Use((pid, epoch), int(e["t_req"]), ok, (seq, api)))
         gpid, gepoch = _int(e.get("grant_pid")), _int(e.get("grant_epoch"))
         if ok and gpid is not None and gpid >= 0 and gepoch is not None and gepoch >= 0:
             prev = granted.get(gpid)
-            regressed = prev is not None and (gepoch <= prev if api == API_INIT_PRODUCER_ID else gepoch < prev)
+            regressed = prev is not None and (gepoch <= prev if api == ApiKey.INIT_PRODUCER_ID else gepoch < prev)
             if regressed:
                 out.append(("TXN.EPOCH_REGRESSED", entity, seq,
                             f"api {api} granted producer {gpid} epoch {gepoch} after epoch {prev}"))
             granted[gpid] = max(gepoch, prev if prev is not None else gepoch)
-            current = (gpid, granted[gpid], int(e["t_resp"]))
-    return out
+            steps.append(fencing.Grant((gpid, granted[gpid]), int(e["t_resp"])))
+    for use, grant in fencing.fenced_ok(steps, fencing.epoch_supersedes):
+        (seq, api), (pid, epoch), (cur_pid, cur_epoch) = use.ref, use.holder, grant.holder
+        if pid == cur_pid:
+            detail = f"api {api} with producer {pid} epoch {epoch} succeeded after epoch {cur_epoch} was granted"
+        else:
+            detail = f"api {api} with old producer id {pid} succeeded after producer id {cur_pid} was granted"
+        out.append(("TXN.FENCED_SUCCEEDED", entity, seq, detail))
+    return sorted(out, key=lambda v: (v[2], v[0] != "TXN.FENCED_SUCCEEDED"))
 
 
 # ----------------------------------------------------------------------------- group offsets
@@ -281,11 +284,11 @@ def replay_share_session(entity: str, events: Iterable[dict], cfg: CheckConfig |
         seq, api, epoch = int(e["seq"]), int(e["api"]), int(e["epoch"])
         group, member, conn = e["group"], e["member"], _v(e.get("conn"))
         observed = _int(e.get("error")) or 0
-        if observed not in (0, SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH):
+        if observed not in (0, ErrorCode.share_session_not_found, ErrorCode.invalid_share_session_epoch):
             continue  # answered by something the epoch table does not decide
         expected = 0
         try:
-            if api == API_SHARE_FETCH:
+            if api == ApiKey.SHARE_FETCH:
                 cache.new_fetch_context(group, member, epoch, [], [], has_acknowledgements=bool(e["has_acks"]),
                                         connection_id=conn, now_ms=0)
             else:
@@ -295,11 +298,11 @@ def replay_share_session(entity: str, events: Iterable[dict], cfg: CheckConfig |
         if epoch == -1 and expected == 0:
             cache.remove(group, member)
         if expected == observed:
-            if api == API_SHARE_FETCH and epoch == 0 and observed == 0:
+            if api == ApiKey.SHARE_FETCH and epoch == 0 and observed == 0:
                 known, opened_on = True, conn
             continue
         if observed != 0:
-            moved = opened_on is not None and conn != opened_on and observed == SHARE_SESSION_NOT_FOUND
+            moved = opened_on is not None and conn != opened_on and observed == ErrorCode.share_session_not_found
             if known and expected == 0 and not moved:
                 out.append(("SHARE.SESSION_EPOCH", entity, seq,
                             f"api {api} epoch {epoch}: broker answered error {observed}, the epoch table says success"))

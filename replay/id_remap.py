@@ -32,10 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reference_impl.protocol import records as rec
+from reference_impl.protocol.api_keys import ApiKey
 
-INIT_PRODUCER_ID, END_TXN = 22, 26
-JOIN_GROUP, CONSUMER_GROUP_HEARTBEAT, SHARE_GROUP_HEARTBEAT = 11, 68, 76
-FETCH, METADATA = 1, 3
 
 _VERSION_PREFIX = re.compile(r"^v\d+_and_(?:below|above)_")
 _LEADER_EPOCH_FIELDS = ("current_leader_epoch", "last_fetched_epoch", "leader_epoch", "committed_leader_epoch")
@@ -125,33 +123,33 @@ class IdRemap:
         `recorded`/`target` the two decoded responses (either may be None)."""
         if recorded is not None:
             self.learn_recorded_topics(recorded)
-            if api_key == METADATA:
+            if api_key == ApiKey.METADATA:
                 self._leader_epochs(recorded, self.recorded_leader_epochs)
         if target is not None:
             for name, tid in _topic_pairs(target):
                 self.learn_target_topic(name, tid)
-            if api_key == METADATA:
+            if api_key == ApiKey.METADATA:
                 self._leader_epochs(target, self.target_leader_epochs)
         if recorded is None or target is None:
             return
         r, t = _fields(recorded), _fields(target)
-        if api_key in (INIT_PRODUCER_ID, END_TXN) and "producer_id" in r and "producer_id" in t:
+        if api_key in (ApiKey.INIT_PRODUCER_ID, ApiKey.END_TXN) and "producer_id" in r and "producer_id" in t:
             if _int(r.get("error_code", 0)) == 0 and _int(t.get("error_code", 0)) == 0:
                 self.learn_producer((_int(r["producer_id"]), _int(r["producer_epoch"])),
                                     (_int(t["producer_id"]), _int(t["producer_epoch"])))
         group = getattr(request, "group_id", None) or ""
         rec_member = r.get("member_id")
-        if api_key in (JOIN_GROUP, CONSUMER_GROUP_HEARTBEAT, SHARE_GROUP_HEARTBEAT):
+        if api_key in (ApiKey.JOIN_GROUP, ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_HEARTBEAT):
             if rec_member and t.get("member_id"):
                 self.members[rec_member] = t["member_id"]
-        if api_key == JOIN_GROUP and _int(r.get("generation_id", -1)) > 0 and _int(t.get("generation_id", -1)) > 0:
+        if api_key == ApiKey.JOIN_GROUP and _int(r.get("generation_id", -1)) > 0 and _int(t.get("generation_id", -1)) > 0:
             self.generations[(group, _int(r["generation_id"]))] = _int(t["generation_id"])
-        if api_key in (CONSUMER_GROUP_HEARTBEAT, SHARE_GROUP_HEARTBEAT):
+        if api_key in (ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_HEARTBEAT):
             member = rec_member or getattr(request, "member_id", "") or ""
             re_, te = _int(r.get("member_epoch", -1)), _int(t.get("member_epoch", -1))
             if member and re_ > 0 and te > 0:
                 self.member_epochs[(group, member, re_)] = te
-        if api_key == FETCH and _int(r.get("session_id", 0)) > 0 and _int(t.get("session_id", 0)) > 0:
+        if api_key == ApiKey.FETCH and _int(r.get("session_id", 0)) > 0 and _int(t.get("session_id", 0)) > 0:
             self.fetch_sessions[_int(r["session_id"])] = _int(t["session_id"])
 
     def _leader_epochs(self, metadata: Any, into: dict[tuple[str, int], int]) -> None:
@@ -264,7 +262,7 @@ class IdRemap:
                 out.changes.append(f"topic_id {v}->{new}")
                 return new
             return v
-        if name == "session_id" and ctx.api_key == FETCH and isinstance(v, int) and v > 0:
+        if name == "session_id" and ctx.api_key == ApiKey.FETCH and isinstance(v, int) and v > 0:
             new = self.fetch_sessions.get(v)
             if new is not None and new != v:
                 out.changes.append(f"session_id {v}->{new}")

@@ -32,11 +32,9 @@ from reference_impl.protocol import framing
 from replay import address_rewrite
 from replay import trace_schema as ts
 from replay.trace_writer import RawExchange
+from reference_impl.protocol.api_keys import ApiKey
 
 log = logging.getLogger("kipcheck.replay.proxy")
-
-PRODUCE_KEY = 0
-SASL_HANDSHAKE_KEY = 17
 
 
 class Sink(Protocol):
@@ -65,7 +63,7 @@ def _uvarint(data: bytes, pos: int) -> tuple[int, int]:
 def produce_acks(frame: bytes, api_version: int) -> int | None:
     """The acks of a Produce request, read without decoding the records (None: unknown)."""
     try:
-        flexible = framing.is_flexible(PRODUCE_KEY, api_version)
+        flexible = framing.is_flexible(ApiKey.PRODUCE, api_version)
         pos = 8
         (n,) = struct.unpack_from(">h", frame, pos)  # client_id (legacy string in both headers)
         pos += 2 + max(n, 0)
@@ -380,7 +378,7 @@ class _Conn:
                         continue
                 p = _Pending(key, ver, corr, mono, wall, frame)
                 self.proxy.stats.requests += 1
-                if key == PRODUCE_KEY and produce_acks(frame, ver) == 0:
+                if key == ApiKey.PRODUCE and produce_acks(frame, ver) == 0:
                     no_response.append(p)
                 else:
                     self.pending[corr] = p
@@ -451,7 +449,7 @@ class _Conn:
                 writer.write(framing.size_prefixed(out))
                 done.append(self._exchange(p, response_mono_ns=mono, response_wall_ms=wall, response_frame=frame,
                                            response_body=body, addresses_rewritten=n))
-                if p.api_key == SASL_HANDSHAKE_KEY and p.api_version == 0:
+                if p.api_key == ApiKey.SASL_HANDSHAKE and p.api_version == 0:
                     self.opaque = True  # legacy SASL: raw tokens follow; not traced
                     self.proxy.sink and self.proxy.sink.record_gap(
                         0, f"connection {self.id}: SaslHandshake v0, raw SASL tokens and later traffic not traced",
@@ -473,7 +471,6 @@ class _Conn:
         items = [self._exchange(p, status=ts.STATUS_CONNECTION_CLOSED) for p in self.pending.values()]
         self.pending.clear()
         await self._emit_all(items)
-
 
 
 class ProcessTraceSink:

@@ -49,22 +49,27 @@ from replay import trace_schema as ts
 from replay.id_remap import IdRemap, canonical
 from replay.trace_reader import read_trace
 from replay.trace_writer import RawExchange, TraceWriter, api_name
+from kio.schema.errors import ErrorCode
+from reference_impl.protocol.api_keys import ApiKey
 
 log = logging.getLogger("kipcheck.replay")
 
 REPORT_FILE = "replay_report.json"
 API_VERSIONS = 18
-SASL_KEYS = frozenset({17, 36})  # SaslHandshake, SaslAuthenticate
-RETRIABLE = {
-    3: "UNKNOWN_TOPIC_OR_PARTITION", 5: "LEADER_NOT_AVAILABLE", 6: "NOT_LEADER_OR_FOLLOWER",
-    14: "COORDINATOR_LOAD_IN_PROGRESS", 15: "COORDINATOR_NOT_AVAILABLE", 16: "NOT_COORDINATOR",
-    51: "CONCURRENT_TRANSACTIONS", 100: "UNKNOWN_TOPIC_ID",
-}
-ROUTE_INVALIDATING = {5, 6, 16}
-PARTITION_APIS = frozenset({0, 1, 2, 21, 23, 78, 79})  # Produce, Fetch, ListOffsets, DeleteRecords, OffsetForLeaderEpoch, ShareFetch/Ack
-GROUP_APIS = frozenset({8, 9, 11, 12, 13, 14, 15, 28, 42, 47, 68, 69, 76, 77})
-TXN_APIS = frozenset({24, 25, 26})  # AddPartitionsToTxn, AddOffsetsToTxn, EndTxn (+ InitProducerId with a txn id)
-INIT_PRODUCER_ID = 22
+SASL_KEYS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+RETRIABLE = {e: e.name.upper() for e in (
+    ErrorCode.unknown_topic_or_partition, ErrorCode.leader_not_available, ErrorCode.not_leader_or_follower,
+    ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available, ErrorCode.not_coordinator,
+    ErrorCode.concurrent_transactions, ErrorCode.unknown_topic_id)}
+ROUTE_INVALIDATING = {ErrorCode.leader_not_available, ErrorCode.not_leader_or_follower, ErrorCode.not_coordinator}
+PARTITION_APIS = frozenset({ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.DELETE_RECORDS,
+                            ApiKey.OFFSET_FOR_LEADER_EPOCH, ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE})
+GROUP_APIS = frozenset({ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT,
+                        ApiKey.LEAVE_GROUP, ApiKey.SYNC_GROUP, ApiKey.DESCRIBE_GROUPS, ApiKey.TXN_OFFSET_COMMIT,
+                        ApiKey.DELETE_GROUPS, ApiKey.OFFSET_DELETE, ApiKey.CONSUMER_GROUP_HEARTBEAT,
+                        ApiKey.CONSUMER_GROUP_DESCRIBE, ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_DESCRIBE})
+# (InitProducerId joins these when it carries a transactional id)
+TXN_APIS = frozenset({ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN})
 CONTROL_TIMEOUT_S = 15.0
 
 
@@ -155,7 +160,7 @@ def plan_trace(rows: list[dict]) -> Plan:
             except Exception as exc:  # noqa: BLE001 - reported as the skip reason
                 x.decode_error = x.decode_error or str(exc)
         x.skip_reason = static_skip_reason(x)
-        if x.api_key == 3 and x.response_bytes and x.upstream:
+        if x.api_key == ApiKey.METADATA and x.response_bytes and x.upstream:
             _learn_brokers(x, broker_nodes)
         conns[x.connection_id].append(x)
     for items in conns.values():
@@ -242,7 +247,7 @@ def first_partition(body: Any) -> tuple[str | None, uuid.UUID | None, int | None
 def coordinator_key(api_key: int, body: Any) -> tuple[int, str] | None:
     """(key type, key) of the coordinator a request must reach: 0 group, 1 transaction."""
     f = _canonical_fields(body)
-    if api_key in TXN_APIS or api_key == INIT_PRODUCER_ID:
+    if api_key in TXN_APIS or api_key == ApiKey.INIT_PRODUCER_ID:
         tid = f.get("transactional_id")
         if tid is None and f.get("transactions"):
             tid = f["transactions"][0].transactional_id
@@ -872,7 +877,7 @@ class Replayer:
     def _learn(self, x: Recorded, body: Any, recorded: Any, target: Any) -> None:
         with self._remap_lock:
             self.remap.learn(x.api_key, body, recorded, target)
-        if x.api_key == 3 and target is not None:
+        if x.api_key == ApiKey.METADATA and target is not None:
             self.router.observe_metadata(target)
         if recorded is not None and target is not None:
             r, t = _error_codes(recorded), _error_codes(target)

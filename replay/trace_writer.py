@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 from reference_impl.protocol import framing
 from reference_impl.protocol import records as rec
 from replay import trace_schema as ts
+from reference_impl.protocol.api_keys import ApiKey
 
 log = logging.getLogger("kipcheck.replay.writer")
 
@@ -483,7 +484,7 @@ def build_row(x: RawExchange, payloads: str) -> dict:
             except Exception as exc:
                 errors.append(f"payloads: request: {exc}")
                 req_bytes = None
-        elif req_body is None and x.api_key == 0:
+        elif req_body is None and x.api_key == ApiKey.PRODUCE:
             req_bytes = None  # cannot apply the policy to an undecodable Produce: never keep it
         if resp_body is not None and _has_records(resp_body):
             try:
@@ -492,7 +493,7 @@ def build_row(x: RawExchange, payloads: str) -> dict:
             except Exception as exc:
                 errors.append(f"payloads: response: {exc}")
                 resp_bytes = None
-        elif resp_body is None and x.api_key in (1, 78):
+        elif resp_body is None and x.api_key in (ApiKey.FETCH, ApiKey.SHARE_FETCH):
             resp_bytes = None
     s = ex.scalars
     req_batches = [b for b in ex.batches if b["side"] == "request"]

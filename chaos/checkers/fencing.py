@@ -1,20 +1,81 @@
-"""Fencing anomalies (KIP-98 zombie fencing): a fenced instance's transaction that still
-committed.
+"""Fencing anomalies: a fenced holder that still got an ok. One rule, three callers.
 
-Instances of one transactional id initialise in order; the first op an instance
-records comes after its ``init_transactions`` returned, and from then on every older
-instance is fenced (KIP-98.FENCE.001). A transaction of an older instance *invoked*
-after that point must not complete ``ok``. One invoked earlier may: its EndTxn can
-reach the coordinator before the new InitProducerId and commit (KIP-98.TXN.005).
+The rule (``fenced_ok``): holders of a transactional id (or of a group's offsets) are
+granted in turn; once a newer holder's grant is known, an operation *invoked* later by a
+holder it supersedes must not succeed. One invoked before the grant may (its EndTxn can
+reach the coordinator first and commit, KIP-98.TXN.005). Callers:
+
+* chaos copier histories: holders are copier incarnations of one transactional id, a
+  grant is known at the new incarnation's first op (it follows ``init_transactions``);
+* traces (``replay/entity_replay.py``, rule TXN.FENCED_SUCCEEDED): holders are (producer
+  id, epoch) pairs granted by InitProducerId / EndTxn v5+ (KIP-890);
+* KIP-447 (``stale_generation_cases``): holders are a group's generations, carried by
+  TxnOffsetCommit (``sendOffsetsToTransaction(offsets, groupMetadata)``).
 No I/O here.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
 
 from chaos.checkers.result import CheckResult, decide
 from chaos.history import OK, History
+
+
+@dataclass(frozen=True)
+class Grant:
+    holder: Hashable
+    at: int
+    """When the grant is known to have happened (response time / a later invoke)."""
+
+
+@dataclass(frozen=True)
+class Use:
+    holder: Hashable
+    at: int
+    """When the operation was invoked (request time)."""
+    ok: bool
+    ref: Any = None
+
+
+Supersedes = Callable[[Hashable, Hashable, Sequence[Hashable]], bool]
+"""(current holder, using holder, holders granted before current) -> is the user fenced?"""
+
+
+def fenced_ok(steps: Iterable[Grant | Use], supersedes: Supersedes) -> list[tuple[Use, Grant]]:
+    """Uses that succeeded although invoked after a grant that fences their holder.
+
+    ``steps`` in observation order; a step that both uses and grants (EndTxn v5+) comes
+    as its Use, then its Grant."""
+    out: list[tuple[Use, Grant]] = []
+    current: Grant | None = None
+    before: list[Hashable] = []
+    for step in steps:
+        if isinstance(step, Grant):
+            if current is not None:
+                before.append(current.holder)
+            current = step
+        elif step.ok and current is not None and step.at > current.at \
+                and supersedes(current.holder, step.holder, before):
+            out.append((step, current))
+    return out
+
+
+def epoch_supersedes(current: Hashable, holder: Hashable, before: Sequence[Hashable]) -> bool:
+    """(producer id, epoch) holders: a lower epoch of the current id, or an id granted earlier."""
+    (cur_pid, cur_epoch), (pid, epoch) = current, holder
+    if pid == cur_pid:
+        return epoch < cur_epoch
+    return any(p == pid for p, _ in before)
+
+
+def rank_supersedes(rank: Mapping[Hashable, int]) -> Supersedes:
+    """Holders in a known order (incarnations, generations): any older one is fenced."""
+    return lambda current, holder, before: holder in rank and rank[holder] < rank[current]
+
+
+# ----------------------------------------------------------------------- chaos histories
 
 
 def fenced_ok_cases(history: History, incarnations: Mapping[str, Sequence[Any]]) -> list[dict]:
@@ -25,18 +86,60 @@ def fenced_ok_cases(history: History, incarnations: Mapping[str, Sequence[Any]])
         first.setdefault(op.process, op.invoke.index)
     out = []
     for tid, procs in incarnations.items():
-        for j, old in enumerate(procs):
-            fences = [(first[new], new) for new in procs[j + 1:] if new in first]
-            if not fences:
+        rank = {p: i for i, p in enumerate(procs)}
+        steps: list[Grant | Use] = []
+        for op in ops:
+            if op.process in rank and first[op.process] == op.invoke.index:
+                steps.append(Grant(op.process, op.invoke.index))
+            if op.process in rank and op.f == "txn":
+                steps.append(Use(op.process, op.invoke.index, op.type == OK, op.index))
+        for use, grant in fenced_ok(_monotone(steps, rank), rank_supersedes(rank)):
+            out.append({"type": "fenced-ok", "transactional-id": tid, "process": use.holder,
+                        "op": use.ref, "fenced-by": grant.holder, "fenced-at": grant.at})
+    return out
+
+
+def _monotone(steps: list[Grant | Use], rank: Mapping[Hashable, int]) -> list[Grant | Use]:
+    """Drop grants of holders older than one already granted (a late first op of an older
+    incarnation does not un-fence anyone)."""
+    top, out = -1, []
+    for s in steps:
+        if isinstance(s, Grant):
+            if rank[s.holder] <= top:
                 continue
-            fence_at, by = min(fences, key=lambda f: f[0])
-            for op in ops:
-                if op.process == old and op.f == "txn" and op.type == OK and op.invoke.index > fence_at:
-                    out.append({"type": "fenced-ok", "transactional-id": tid, "process": old,
-                                "op": op.index, "fenced-by": by, "fenced-at": fence_at})
+            top = rank[s.holder]
+        out.append(s)
+    return out
+
+
+def stale_generation_cases(history: History) -> list[dict]:
+    """KIP-447: a transaction whose offsets carry a group generation older than one some
+    member already committed with (so the coordinator had moved on) must not succeed."""
+    ops = history.pairs()
+    per_group: dict[str, list[tuple[int, int, bool, int]]] = {}
+    for op in ops:
+        if op.f != "txn":
+            continue
+        for mop in op.value or op.invoke.value or ():
+            if mop[0] == "offsets":
+                per_group.setdefault(mop[1], []).append((op.invoke.index, int(mop[2]), op.type == OK, op.index))
+    out = []
+    for group, uses in per_group.items():
+        steps: list[Grant | Use] = []
+        top = None
+        for at, gen, ok, ref in sorted(uses):
+            steps.append(Use(gen, at, ok, ref))
+            if top is None or gen > top:  # a member holding `gen` had joined: the group is there
+                top = gen
+                steps.append(Grant(gen, at))
+        rank = {g: g for _, g, _, _ in uses}
+        for use, grant in fenced_ok(steps, rank_supersedes(rank)):
+            out.append({"type": "stale-generation-ok", "group": group, "generation": use.holder,
+                        "op": use.ref, "current-generation": grant.holder})
     return out
 
 
 def check(history: History, incarnations: Mapping[str, Sequence[Any]]) -> CheckResult:
-    return decide({"fenced-ok": fenced_ok_cases(history, incarnations)}, allowed=(),
+    return decide({"fenced-ok": fenced_ok_cases(history, incarnations),
+                   "stale-generation-ok": stale_generation_cases(history)}, allowed=(),
                   stats={"transactional-ids": len(incarnations)})

@@ -30,6 +30,7 @@ REQUIREMENTS: dict[str, tuple[str, ...]] = {
     "int-poll-skip": ("KIP-98.FETCH.003", "KIP-98.TXN.003"),
     # fencing (chaos.checkers.fencing)
     "fenced-ok": ("KIP-98.FENCE.001", "KIP-98.FENCE.002", "KIP-98.FENCE.004"),
+    "stale-generation-ok": ("KIP-447.FENCE.002", "KIP-447.FENCE.006"),
 }
 
 LIVENESS: frozenset[str] = frozenset({"unseen"})

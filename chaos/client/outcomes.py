@@ -8,7 +8,9 @@ carries its reason and the table is the one place to change it.
 
 Keys are (operation, error name). Operations: ``produce`` (a send outside a transaction),
 ``commit`` (commit_transaction / EndTxn commit), ``abort``, ``send_offsets``
-(TxnOffsetCommit), ``init`` (InitProducerId), ``poll`` (fetch / consume). Error names are
+(TxnOffsetCommit), ``init`` (InitProducerId), ``poll`` (fetch / consume), ``share_fetch``
+(a share member's poll: it acquires, so an unknown outcome is ``info``), ``share_ack``
+(ShareAcknowledge / acknowledgements riding on ShareFetch, per partition). Error names are
 kio's ``ErrorCode`` member names for broker errors and confluent-kafka's ``KafkaError``
 attribute names for client-side errors (``_TIMED_OUT``); no integer is declared here.
 """
@@ -21,7 +23,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 OK, FAIL, INFO = "ok", "fail", "info"
-OPERATIONS = ("produce", "commit", "abort", "send_offsets", "init", "poll")
+OPERATIONS = ("produce", "commit", "abort", "send_offsets", "init", "poll", "share_fetch", "share_ack")
 ANY = "*"
 
 
@@ -97,6 +99,15 @@ TABLE: dict[tuple[str, str], tuple[str, str]] = {
     (ANY, "_TIMED_OUT"): (INFO, "the request may have been applied"),
     (ANY, "_TRANSPORT"): (INFO, "the connection broke after the request may have been sent"),
     (ANY, "_ALL_BROKERS_DOWN"): (INFO, "connections broke; requests may have been sent"),
+    # --- share groups (KIP-932): a refused acknowledgement changed nothing
+    ("share_ack", _e(ErrorCode.invalid_record_state)):
+        (FAIL, "refused: the member no longer held the record (lock expired or released)"),
+    ("share_ack", _e(ErrorCode.not_leader_or_follower)): (FAIL, "refused by a node that does not lead the partition"),
+    ("share_ack", _e(ErrorCode.unknown_topic_or_partition)): (FAIL, "refused: no such share-partition here"),
+    ("share_ack", _e(ErrorCode.share_session_not_found)): (FAIL, "refused before any acknowledgement was applied"),
+    ("share_ack", _e(ErrorCode.invalid_share_session_epoch)): (FAIL, "refused before any acknowledgement was applied"),
+    ("share_fetch", _e(ErrorCode.share_session_not_found)): (FAIL, "refused before anything was acquired"),
+    ("share_fetch", _e(ErrorCode.invalid_share_session_epoch)): (FAIL, "refused before anything was acquired"),
     (ANY, "_DESTROY"): (INFO, "the client was closed with requests in flight"),
     (ANY, "_PURGE_INFLIGHT"): (INFO, "purged after sending"),
     (ANY, "_PURGE_QUEUE"): (FAIL, "purged before it was sent"),

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from kio.schema.end_txn.v0.request import EndTxnRequest
 from kio.schema.errors import ErrorCode
 
 from chaos.nemesis.base import FaultRecord, FaultSpec
@@ -25,8 +24,9 @@ from chaos.nemesis.common import TargetInjector
 from chaos.nemesis.request_faults import RequestFault, RequestFaultHook, RequestMatch
 from chaos.nemesis.select import resolve_role
 from fixtures.target import NotSupportedByTarget
+from reference_impl.protocol.api_keys import ApiKey
 
-END_TXN = int(EndTxnRequest.__api_key__)
+END_TXN = ApiKey.END_TXN
 _ACTION = {"hold-endtxn": "hold", "hold": "hold", "delay": "delay", "drop": "drop", "error": "error"}
 
 

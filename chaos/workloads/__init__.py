@@ -19,5 +19,6 @@ def make_workload(name: str, seed: int, **options):
         from chaos.workloads.copier import CopierWorkload
         return CopierWorkload(seed, **options)
     if name == "share":
-        raise NotImplementedError("the share-group workload is not built yet")
+        from chaos.workloads.share import ShareWorkload
+        return ShareWorkload(seed, **options)
     raise ValueError(f"unknown workload {name!r}; expected one of {', '.join(WORKLOADS)}")

@@ -26,6 +26,7 @@ from chaos.checkers.kafka_queue import EXACTLY_ONCE, check
 from chaos.checkers.result import compose
 from chaos.client.outcomes import OK, classify
 from chaos.history import History
+from chaos.nemesis.hijack import hijackers_of
 from chaos.client import config as _config
 from chaos.recorder import Recorder, read_jsonl
 
@@ -174,12 +175,26 @@ class CopierWorkload:
 
     # ------------------------------------------------------------------ check
 
+    def transactional_ids(self) -> list[str]:
+        """What the ``hijack`` fault may initialise behind the copier's back."""
+        return [self.tid]
+
     def check(self, history: History) -> dict:
         from chaos.checkers import fencing
-        incarnations = {self.tid: [f"copier-{k}" for k in range(1, self.incarnations + 1)]}
+        incarnations = {self.tid: _in_init_order(history, [f"copier-{k}" for k in range(1, self.incarnations + 1)]
+                                                 + hijackers_of(history, self.tid))}
         return compose({"attempts": check(history, allowed=EXACTLY_ONCE),
                         "input-identity": check(input_identity(history, self.output), allowed=EXACTLY_ONCE),
                         "fencing": fencing.check(history, incarnations)})
+
+
+def _in_init_order(history: History, processes: list[str]) -> list[str]:
+    """Incarnations (copiers and hijackers) ordered by their first op: each initialised
+    its transactional id just before it."""
+    first: dict[str, int] = {}
+    for op in history:
+        first.setdefault(op.process, op.index)
+    return sorted(processes, key=lambda p: first.get(p, len(history)))
 
 
 def _caught_up(consumer: Any, topic: str, partitions: int) -> bool:

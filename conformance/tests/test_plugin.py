@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from reference_impl.protocol.api_keys import ApiKey
 
 pytest_plugins = ("pytester",)
 
@@ -210,7 +211,7 @@ import pytest
 
 @pytest.mark.requirement("TEST.A.001")
 def test_one(target, capabilities):
-    assert capabilities.supports_api(18)
+    assert capabilities.supports_api(ApiKey.API_VERSIONS)
 
 @pytest.mark.requirement("TEST.A.001", "TEST.A.002")
 def test_two(target, reference):

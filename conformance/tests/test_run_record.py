@@ -8,6 +8,7 @@ import json
 import textwrap
 
 import pytest
+from reference_impl.protocol.api_keys import ApiKey
 
 pytest_plugins = ("pytester",)
 
@@ -65,7 +66,7 @@ def test_failing_row_carries_assertion_and_last_exchanges(pytester, monkeypatch)
     ev = rows["test_fails_after_exchanges"]["evidence"]
     assert "the broker said something else" in ev["assertion"]
     assert len(ev["exchanges"]) == 6  # the last 6 of 8 (plus the target's own probes before the test)
-    assert all(x["api_key"] == 18 and x["version"] == 0 and x["request"] and x["response"] for x in ev["exchanges"])
+    assert all(x["api_key"] == ApiKey.API_VERSIONS and x["version"] == 0 and x["request"] and x["response"] for x in ev["exchanges"])
     assert set(ev) == {"assertion", "exchanges", "observation", "log_tail", "log_path"}
 
 

@@ -23,8 +23,9 @@ from typing import Any, Callable
 from reference_impl.client.partition_metadata import PartitionMetadata
 from reference_impl.client.raw_client import ClusterClient, RawClient
 from reference_impl.protocol import framing, payloads, records
+from reference_impl.protocol.api_keys import ApiKey
 
-FETCH, LIST_OFFSETS = 1, 2
+FETCH, LIST_OFFSETS = ApiKey.FETCH, ApiKey.LIST_OFFSETS
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 EARLIEST, LATEST = -2, -1
 

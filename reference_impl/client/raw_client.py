@@ -179,11 +179,11 @@ class RawClient:
             except framing.PayloadDecodeError:
                 attempt -= 1
                 continue
-            if resp.error_code == 35:  # UNSUPPORTED_VERSION
+            if resp.error_code == ErrorCode.unsupported_version:
                 offered = {int(k.api_key): int(k.max_version) for k in resp.api_keys}
                 attempt = min(offered.get(18, attempt - 1), attempt - 1)
                 continue
-            if resp.error_code != 0:
+            if resp.error_code != ErrorCode.none:
                 raise RuntimeError(f"ApiVersions v{attempt} failed: {resp.error_code!r}")
             self._versions = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys}
             self.api_versions_version = attempt

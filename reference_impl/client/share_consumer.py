@@ -53,16 +53,18 @@ from reference_impl.client.share_membership import (
 from reference_impl.client.transactional_producer import _summarize
 from reference_impl.client.txn_state import error_name
 from reference_impl.protocol import framing, payloads, records
+from reference_impl.protocol.api_keys import ApiKey
+from kio.schema.errors import ErrorCode
 
-SHARE_GROUP_HEARTBEAT, SHARE_FETCH, SHARE_ACKNOWLEDGE = 76, 78, 79
+SHARE_GROUP_HEARTBEAT, SHARE_FETCH, SHARE_ACKNOWLEDGE = ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE
 API_NAMES = {3: "Metadata", 10: "FindCoordinator", 76: "ShareGroupHeartbeat", 78: "ShareFetch", 79: "ShareAcknowledge"}
 
-NONE = 0
-UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER = 3, 6
-TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED = 29, 30
-UNKNOWN_TOPIC_ID, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH = 100, 74, 75
-SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH = 122, 123
-SHARE_SESSION_LIMIT_REACHED = 133
+NONE = ErrorCode.none
+UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER = ErrorCode.unknown_topic_or_partition, ErrorCode.not_leader_or_follower
+TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED = ErrorCode.topic_authorization_failed, ErrorCode.group_authorization_failed
+UNKNOWN_TOPIC_ID, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH = ErrorCode.unknown_topic_id, ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch
+SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH = ErrorCode.share_session_not_found, ErrorCode.invalid_share_session_epoch
+SHARE_SESSION_LIMIT_REACHED = ErrorCode.share_session_limit_reached
 SESSION_ERRORS = frozenset({SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH})
 METADATA_ERRORS = frozenset({UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_ID, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH})
 FATAL_ERRORS = frozenset({TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED})

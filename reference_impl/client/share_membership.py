@@ -23,14 +23,15 @@ import enum
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
+from kio.schema.errors import ErrorCode
 
 LEAVE_GROUP_MEMBER_EPOCH = -1
 JOIN_GROUP_MEMBER_EPOCH = 0
 
-NONE = 0
-COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 14, 15, 16
-UNKNOWN_MEMBER_ID = 25
-FENCED_MEMBER_EPOCH = 110
+NONE = ErrorCode.none
+COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available, ErrorCode.not_coordinator
+UNKNOWN_MEMBER_ID = ErrorCode.unknown_member_id
+FENCED_MEMBER_EPOCH = ErrorCode.fenced_member_epoch
 RETRIABLE_COORDINATOR_ERRORS = frozenset({COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR})
 FENCING_ERRORS = frozenset({UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH})
 

@@ -58,19 +58,20 @@ from reference_impl.client.txn_state import (
     error_name,
 )
 from reference_impl.protocol import framing, payloads, records
+from reference_impl.protocol.api_keys import ApiKey
 
-PRODUCE, METADATA, FIND_COORDINATOR, API_VERSIONS = 0, 3, 10, 18
-INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 22, 24, 25, 26, 28
+PRODUCE, METADATA, FIND_COORDINATOR, API_VERSIONS = ApiKey.PRODUCE, ApiKey.METADATA, ApiKey.FIND_COORDINATOR, 18
+INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = ApiKey.INIT_PRODUCER_ID, ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN, ApiKey.TXN_OFFSET_COMMIT
 
 # Highest versions of the transaction protocol v1 (Kafka's LAST_STABLE_VERSION_BEFORE_TRANSACTION_V2).
 TV1_MAX_PRODUCE, TV1_MAX_END_TXN, TV1_MAX_TXN_OFFSET_COMMIT = 11, 4, 4
 CLIENT_MAX_ADD_PARTITIONS = 3  # v4+ is the broker-to-coordinator (verification) form
 TV2_MIN_PRODUCE, TV2_MIN_END_TXN, TV2_MIN_TXN_OFFSET_COMMIT = 12, 5, 5
-MESSAGE_TOO_LARGE = 10
+MESSAGE_TOO_LARGE = ErrorCode.message_too_large
 ADD_PARTITIONS_RETRY_BACKOFF_MS = 20  # first AddPartitionsToTxn answered CONCURRENT_TRANSACTIONS
 
 TopicPartition = tuple[str, int]
-TXN_SHARE_ACKNOWLEDGE = 93  # KIP-1289; not in kio (see reference_impl/protocol/schemas)
+TXN_SHARE_ACKNOWLEDGE = ApiKey.TXN_SHARE_ACKNOWLEDGE
 
 
 class ShareAckUnsupportedError(TxnError):

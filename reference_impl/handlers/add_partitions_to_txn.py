@@ -30,8 +30,9 @@ from reference_impl.handlers.init_producer_id import legacy_fencing, transaction
 from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.model import txn_roundtrip
 from reference_impl.model.topics import is_internal
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 24
+API_KEY = ApiKey.ADD_PARTITIONS_TO_TXN
 
 
 def _requested(topics: Any) -> list[tuple[str, int]]:

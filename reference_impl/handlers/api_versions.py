@@ -10,9 +10,10 @@ from kio.schema.errors import ErrorCode
 
 from reference_impl.handlers.registry import HANDLERS, RequestContext, handles
 from reference_impl.protocol import framing
+from reference_impl.protocol.api_keys import ApiKey
 
 NO_THROTTLE = datetime.timedelta(0)
-API_KEY = 18
+API_KEY = ApiKey.API_VERSIONS
 
 
 def advertised_versions(config=None) -> list[tuple[int, int, int]]:

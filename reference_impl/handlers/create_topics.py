@@ -16,8 +16,9 @@ from reference_impl.handlers.metadata import sync_liveness
 from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.model.topics import CreatableTopicSpec, CreateTopicResult
 from reference_impl.protocol import payloads
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 19
+API_KEY = ApiKey.CREATE_TOPICS
 NO_THROTTLE = datetime.timedelta(0)
 CONFIG_SOURCE_DYNAMIC_TOPIC = 1
 CONFIG_SOURCE_DEFAULT = 5

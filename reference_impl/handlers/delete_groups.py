@@ -11,8 +11,9 @@ from kio.schema.errors import ErrorCode
 
 from reference_impl.handlers._group_common import NO_THROTTLE, is_coordinator
 from reference_impl.handlers.registry import RequestContext, handles
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 42
+API_KEY = ApiKey.DELETE_GROUPS
 
 
 @handles(API_KEY, 0, 2)

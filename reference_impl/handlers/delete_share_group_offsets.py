@@ -15,8 +15,9 @@ from kio.schema.errors import ErrorCode
 
 from reference_impl.handlers._group_common import NO_THROTTLE, share_admin_refusal
 from reference_impl.handlers.registry import RequestContext, handles
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 92
+API_KEY = ApiKey.DELETE_SHARE_GROUP_OFFSETS
 
 def _error(ctx: RequestContext, error: ErrorCode, message: str | None) -> object:
     return ctx.response(throttle_time=NO_THROTTLE, error_code=error, error_message=message, responses=())

@@ -17,8 +17,9 @@ from reference_impl.handlers.metadata import nonzero_uuid
 from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.model.topics import TopicError
 from reference_impl.protocol import payloads
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 20
+API_KEY = ApiKey.DELETE_TOPICS
 NO_THROTTLE = datetime.timedelta(0)
 
 

@@ -11,8 +11,9 @@ from kio.schema.errors import ErrorCode
 from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.model.topics import CLUSTER_AUTHORIZED_OPERATIONS
 from reference_impl.protocol import payloads
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 60
+API_KEY = ApiKey.DESCRIBE_CLUSTER
 NO_THROTTLE = datetime.timedelta(0)
 ENDPOINT_BROKER = 1
 ENDPOINT_CONTROLLER = 2

@@ -30,8 +30,9 @@ from reference_impl.handlers._group_common import NO_THROTTLE
 from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.model.group_configs import VALIDATORS
 from reference_impl.model.partition_log import IsolationLevel
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 32
+API_KEY = ApiKey.DESCRIBE_CONFIGS
 GROUP_RESOURCE = 32
 BROKER_RESOURCE = 4
 DEFAULT_CONFIG, GROUP_CONFIG = 5, 8  # ConfigSource ids

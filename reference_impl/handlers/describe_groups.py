@@ -11,8 +11,9 @@ from kio.schema.errors import ErrorCode
 from reference_impl.handlers._group_common import NO_THROTTLE, is_coordinator
 from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.protocol import payloads
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 15
+API_KEY = ApiKey.DESCRIBE_GROUPS
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 # Without an authorizer every group operation is allowed: READ(3), DELETE(6), DESCRIBE(8),
 # DESCRIBE_CONFIGS(10), ALTER_CONFIGS(11).

@@ -19,8 +19,9 @@ from kio.schema.errors import ErrorCode
 
 from reference_impl.handlers.metadata import sync_liveness
 from reference_impl.handlers.registry import RequestContext, handles
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 61
+API_KEY = ApiKey.DESCRIBE_PRODUCERS
 NO_THROTTLE = datetime.timedelta(0)
 
 

@@ -23,8 +23,9 @@ from reference_impl.handlers._group_common import NOT_COORDINATOR_MESSAGE, NO_TH
 from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.model.share_group import UNKNOWN_PARTITION_MESSAGE
 from reference_impl.model.share_state_records import NO_DELIVERY_COMPLETE_COUNT
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 90
+API_KEY = ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS
 INVALID_GROUP_MESSAGE = "The group id is invalid."
 NO_OFFSET, NO_LAG, DEFAULT_LEADER_EPOCH = -1, -1, 0
 

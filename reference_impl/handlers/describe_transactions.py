@@ -33,8 +33,9 @@ from kio.schema.errors import ErrorCode
 
 from reference_impl.handlers._group_common import NO_THROTTLE, is_coordinator
 from reference_impl.handlers.registry import RequestContext, handles
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 65
+API_KEY = ApiKey.DESCRIBE_TRANSACTIONS
 
 # Kafka's TransactionState names, by a case- and underscore-insensitive key.
 KAFKA_STATE_NAMES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort",

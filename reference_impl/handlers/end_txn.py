@@ -18,8 +18,9 @@ from kio.schema.errors import ErrorCode
 from reference_impl.handlers._group_common import NO_THROTTLE, is_coordinator
 from reference_impl.handlers.init_producer_id import legacy_fencing, transactions
 from reference_impl.handlers.registry import RequestContext, handles
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 26
+API_KEY = ApiKey.END_TXN
 
 
 @handles(API_KEY, 0, 5)

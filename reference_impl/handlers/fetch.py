@@ -46,8 +46,9 @@ from reference_impl.model.topics import (
     session_key,
 )
 from reference_impl.protocol import payloads
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 1
+API_KEY = ApiKey.FETCH
 NO_THROTTLE = datetime.timedelta(0)
 BROKER_FETCH_MAX_BYTES = 57_671_680  # fetch.max.bytes broker default (55 MiB)
 

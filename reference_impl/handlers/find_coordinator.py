@@ -26,8 +26,9 @@ from reference_impl.handlers._group_common import NO_THROTTLE
 from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.model.share_state_records import kafka_uuid_str
 from reference_impl.protocol import payloads
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 10
+API_KEY = ApiKey.FIND_COORDINATOR
 GROUP, TRANSACTION, SHARE = 0, 1, 2
 
 # Errors.message() of the codes this handler returns (Kafka's text; NONE reads "NONE").

@@ -7,8 +7,9 @@ from kio.schema.errors import ErrorCode
 from reference_impl.handlers._group_common import NO_THROTTLE, is_coordinator
 from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.protocol import payloads
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 12
+API_KEY = ApiKey.HEARTBEAT
 
 
 @handles(API_KEY, 0, 4)

@@ -15,8 +15,9 @@ from kio.schema.errors import ErrorCode
 from reference_impl.handlers._group_common import NO_THROTTLE
 from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.model.group_configs import ConfigChange, GroupConfigError
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 44
+API_KEY = ApiKey.INCREMENTAL_ALTER_CONFIGS
 GROUP_RESOURCE = 32
 
 

@@ -26,8 +26,9 @@ from kio.schema.errors import ErrorCode
 from reference_impl.handlers._group_common import NO_THROTTLE, is_coordinator, millis
 from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.protocol import payloads
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 22
+API_KEY = ApiKey.INIT_PRODUCER_ID
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 

@@ -17,8 +17,9 @@ from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.model.classic_group import JoinResult, Protocol
 from reference_impl.model.group_coordinator import NO_RESPONSE
 from reference_impl.protocol import payloads
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 11
+API_KEY = ApiKey.JOIN_GROUP
 
 
 def _response(ctx: RequestContext, r: JoinResult) -> object:

@@ -8,8 +8,9 @@ from reference_impl.handlers._group_common import NO_THROTTLE, is_coordinator
 from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.model.group_coordinator import LeaveResult, MemberIdentity
 from reference_impl.protocol import payloads
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 13
+API_KEY = ApiKey.LEAVE_GROUP
 
 
 @handles(API_KEY, 0, 5)

@@ -13,8 +13,9 @@ from reference_impl.handlers._group_common import NO_THROTTLE, is_coordinator
 from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.model.share_group import SHARE_GROUP_TYPE
 from reference_impl.protocol import payloads
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 16
+API_KEY = ApiKey.LIST_GROUPS
 
 
 @handles(API_KEY, 0, 5)

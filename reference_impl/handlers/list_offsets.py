@@ -27,8 +27,9 @@ from reference_impl.model.partition_log import (
     LogError,
 )
 from reference_impl.protocol import payloads
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 2
+API_KEY = ApiKey.LIST_OFFSETS
 NO_THROTTLE = datetime.timedelta(0)
 CONSUMER_REPLICA_ID = -1
 DEBUGGING_REPLICA_ID = -2

@@ -27,8 +27,9 @@ from reference_impl.handlers._group_common import NO_THROTTLE
 from reference_impl.handlers.describe_transactions import as_error, canonical_state_filter, field, state_name
 from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.protocol import payloads
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 66
+API_KEY = ApiKey.LIST_TRANSACTIONS
 
 
 @handles(API_KEY, 0, 1)

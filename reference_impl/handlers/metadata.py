@@ -26,8 +26,9 @@ from reference_impl.model.topics import (
     topic_name_error,
 )
 from reference_impl.protocol import payloads
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 3
+API_KEY = ApiKey.METADATA
 NO_THROTTLE = datetime.timedelta(0)
 UNSET_AUTHORIZED_OPERATIONS = -(2**31)
 

@@ -12,8 +12,9 @@ from kio.schema.errors import ErrorCode
 from reference_impl.handlers._group_common import NO_THROTTLE, is_coordinator, millis, split_known_partitions
 from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.protocol import payloads
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 8
+API_KEY = ApiKey.OFFSET_COMMIT
 
 
 @handles(API_KEY, 2, 9)

@@ -21,8 +21,9 @@ from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.model.group_coordinator import OffsetFetchResult
 from reference_impl.model.offset_store import INVALID_OFFSET, NO_METADATA
 from reference_impl.protocol import payloads
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 9
+API_KEY = ApiKey.OFFSET_FETCH
 
 
 def _fetch(ctx: RequestContext, group_id: str, topics, require_stable: bool) -> OffsetFetchResult:

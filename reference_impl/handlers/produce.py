@@ -30,8 +30,9 @@ from reference_impl.handlers.registry import CloseConnection, RequestContext, ha
 from reference_impl.model.partition_log import LogError
 from reference_impl.model.topics import Topic
 from reference_impl.protocol import records as rec
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 0
+API_KEY = ApiKey.PRODUCE
 NO_THROTTLE = datetime.timedelta(0)
 ADMIN_CLIENT_ID = "__admin_client"  # the only client allowed to write internal topics
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)

@@ -23,8 +23,9 @@ from kio.schema.errors import ErrorCode
 from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.model.share_coordinator import PersisterResult
 from reference_impl.model.share_state_records import SharePartitionKey, coordinator_key
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 84
+API_KEY = ApiKey.READ_SHARE_GROUP_STATE
 
 
 def share_coordinator(ctx: RequestContext) -> Any:

@@ -13,8 +13,9 @@ from typing import Any
 from reference_impl.handlers.read_share_group_state import error_fields, per_partition
 from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.model.share_coordinator import PersisterResult
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 87
+API_KEY = ApiKey.READ_SHARE_GROUP_STATE_SUMMARY
 
 
 @handles(API_KEY, 0, 1)

@@ -31,8 +31,9 @@ from reference_impl.handlers.share_fetch import (
     share_manager,
 )
 from reference_impl.model.share_session import FINAL_EPOCH, ShareSessionError
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 79
+API_KEY = ApiKey.SHARE_ACKNOWLEDGE
 
 
 def _error_response(ctx: RequestContext, error: ErrorCode, message: str | None = None) -> Any:

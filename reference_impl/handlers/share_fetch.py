@@ -38,8 +38,9 @@ from reference_impl.model.share_partition import AckResult, AcknowledgeType
 from reference_impl.model.share_partition_manager import FetchedPartition, SharePartitionManager
 from reference_impl.model.share_session import ShareSessionError
 from reference_impl.protocol import payloads
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 78
+API_KEY = ApiKey.SHARE_FETCH
 NO_THROTTLE = datetime.timedelta(0)
 MAX_VERSION = 2
 

@@ -19,8 +19,9 @@ from kio.schema.errors import ErrorCode
 from reference_impl.handlers._group_common import NOT_COORDINATOR_MESSAGE, NO_THROTTLE, is_coordinator
 from reference_impl.handlers.describe_groups import AUTHORIZED_OPERATIONS_OMITTED, GROUP_AUTHORIZED_OPERATIONS
 from reference_impl.handlers.registry import RequestContext, handles
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 77
+API_KEY = ApiKey.SHARE_GROUP_DESCRIBE
 
 
 def _error_group(ctx: RequestContext, group_id: str, error: ErrorCode, message: str | None = None) -> Any:

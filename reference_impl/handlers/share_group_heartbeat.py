@@ -26,8 +26,9 @@ from kio.schema.errors import ErrorCode
 from reference_impl.handlers._group_common import NO_THROTTLE, client_host, is_coordinator
 from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.model.share_group import JOIN_GROUP_MEMBER_EPOCH, LEAVE_GROUP_MEMBER_EPOCH
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 76
+API_KEY = ApiKey.SHARE_GROUP_HEARTBEAT
 
 
 def _blank(value: str | None) -> bool:

@@ -13,8 +13,9 @@ from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.model.classic_group import SyncResult
 from reference_impl.model.group_coordinator import NO_RESPONSE
 from reference_impl.protocol import payloads
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 14
+API_KEY = ApiKey.SYNC_GROUP
 
 
 def _response(ctx: RequestContext, r: SyncResult) -> object:

@@ -32,8 +32,9 @@ from reference_impl.handlers._group_common import NO_THROTTLE, is_coordinator, s
 from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.model.group_coordinator import OFFSETS_TOPIC
 from reference_impl.protocol import payloads
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 28
+API_KEY = ApiKey.TXN_OFFSET_COMMIT
 # First version whose clients understand TRANSACTION_ABORTABLE (KIP-890 part 1).
 FIRST_ABORTABLE_VERSION = 4
 # First version that adds the offsets partition to the transaction itself (KIP-890 part 2).

@@ -31,8 +31,9 @@ from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.handlers.share_fetch import resolve, share_manager
 from reference_impl.model import share_txn
 from reference_impl.model.share_partition import AckResult
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 93
+API_KEY = ApiKey.TXN_SHARE_ACKNOWLEDGE
 NO_THROTTLE = datetime.timedelta(0)
 NOT_STAGED = "Not staged: another partition of this request failed."
 

@@ -19,8 +19,9 @@ from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.model import feature_levels as fl
 from reference_impl.model import share_txn
 from reference_impl.protocol import payloads
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 57
+API_KEY = ApiKey.UPDATE_FEATURES
 NO_THROTTLE = datetime.timedelta(0)
 
 

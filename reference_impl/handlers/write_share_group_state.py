@@ -20,8 +20,9 @@ from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.model.share_coordinator import PersisterResult
 from reference_impl.model.share_state_records import SharePartitionKey, StateBatch
 from reference_impl.protocol import payloads
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 85
+API_KEY = ApiKey.WRITE_SHARE_GROUP_STATE
 
 
 def _batches(p: Any) -> tuple[StateBatch, ...] | None:

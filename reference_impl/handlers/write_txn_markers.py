@@ -18,8 +18,9 @@ from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.model.partition_log import LogError
 from reference_impl.protocol import payloads
 from reference_impl.protocol.records import ControlType
+from reference_impl.protocol.api_keys import ApiKey
 
-API_KEY = 27
+API_KEY = ApiKey.WRITE_TXN_MARKERS
 
 
 @handles(API_KEY, 1, 2)

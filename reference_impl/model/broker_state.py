@@ -198,6 +198,7 @@ class ReferenceState:
             return part is not None and part.leader == node_id
 
         self.share_partitions.forget_txn_pending(led_here)
+        self.share_partitions.broken_leader_moved(led_here)
 
     def on_disconnect(self, connection_id: int) -> None:
         """A client connection closed: its share sessions end and release their records."""

@@ -77,6 +77,12 @@ class SharePartitionManager:
         # member keeps its acquired records until their locks expire (observed on 4.4.0).
         # The KIP says the old session's acquired records are released. True = the KIP.
         self.release_on_session_replace = False
+        # Model-only and for tests only (chaos/tests/test_share_workload.py): a deliberately
+        # broken leader move. True = share-partitions led by a node that goes down are
+        # dropped and the next leader ignores their persisted state, starting again from
+        # share.auto.offset.reset (acknowledged records come back).
+        self.broken_forget_state_on_leader_move = False
+        self._broken_reload: set[SharePartitionId] = set()
         self.group_configs: dict[str, dict[str, Any]] = {}
         self.partitions: dict[SharePartitionId, SharePartition] = {}
         self._caches: dict[int, ShareSessionCache] = {}
@@ -163,6 +169,9 @@ class SharePartitionManager:
         config = self.config_for(group_id)
         sc = self.share_coordinator
         result = sc.read(group_id, topic_id, partition, leader_epoch, now_ms=now_ms) if sc is not None else None
+        if key in self._broken_reload:
+            self._broken_reload.discard(key)
+            result = None
         if result is not None and result.ok:
             sp = SharePartition.from_state(
                 group_id, log.topic, partition, result.start_offset, result.state_batches, config,
@@ -315,6 +324,16 @@ class SharePartitionManager:
         gone = [k for k, sp in self.partitions.items() if sp.txn_pending_count() and led_here(sp.topic, sp.partition)]
         for key in gone:
             del self.partitions[key]
+        return len(gone)
+
+    def broken_leader_moved(self, led_here: Callable[[str, int], bool]) -> int:
+        """The deliberately broken leader move (``broken_forget_state_on_leader_move``)."""
+        if not self.broken_forget_state_on_leader_move:
+            return 0
+        gone = [k for k, sp in self.partitions.items() if led_here(sp.topic, sp.partition)]
+        for key in gone:
+            del self.partitions[key]
+            self._broken_reload.add(key)
         return len(gone)
 
     def forget_group_topic(self, group_id: str, topic_id: uuid.UUID) -> None:

@@ -24,8 +24,9 @@ from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeade
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
+from reference_impl.protocol.api_keys import ApiKey
 
-API_VERSIONS_KEY = 18
+
 # Kafka's socket.request.max.bytes default; larger size prefixes are treated as garbage.
 DEFAULT_MAX_FRAME_BYTES = 104_857_600
 _SIZE = struct.Struct(">i")
@@ -98,7 +99,7 @@ def is_flexible(api_key: int, api_version: int) -> bool:
 def response_header_version(api_key: int, api_version: int) -> int:
     # ApiVersions responses keep header v0 so that a client can always parse them,
     # even when it asked with a version the broker does not know.
-    if api_key == API_VERSIONS_KEY:
+    if api_key == ApiKey.API_VERSIONS:
         return 0
     return 1 if is_flexible(api_key, api_version) else 0
 

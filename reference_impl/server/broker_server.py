@@ -24,6 +24,7 @@ from reference_impl.model.broker_state import BrokerConfig, NodeEndpoint, Refere
 from reference_impl.model.clock import Clock, SystemClock
 from reference_impl.protocol import framing
 from reference_impl.server.runtime import BrokerRuntime
+from reference_impl.protocol.api_keys import ApiKey
 
 log = logging.getLogger("kipcheck.broker")
 
@@ -230,7 +231,7 @@ class ReferenceCluster:
         api_key, api_version, correlation_id = framing.peek_request_header(frame)
         handler = lookup(api_key, api_version)
         if handler is None:
-            if api_key == framing.API_VERSIONS_KEY:
+            if api_key == ApiKey.API_VERSIONS:
                 return unsupported_version_response(correlation_id)
             # Kafka cannot parse a request of an unknown key/version and closes the channel.
             log.warning("node %s: closing on unsupported api_key=%s version=%s", conn.node_id, api_key, api_version)

@@ -61,6 +61,7 @@ from reference_impl.handlers.registry import HANDLERS, lookup
 from reference_impl.protocol import framing, payloads
 from reference_impl.protocol import records as rec
 from reference_impl.server.broker_server import ThreadedReferenceCluster
+from reference_impl.protocol.api_keys import ApiKey
 
 EXAMPLES = int(os.environ.get("KIPCHECK_FUZZ_EXAMPLES", "1500"))
 EXPLORE = os.environ.get("KIPCHECK_FUZZ_EXPLORE") == "1"  # fresh random examples (bug hunting)
@@ -281,7 +282,7 @@ def _check_response(frame: bytes, frames: list[tuple[int, int, int]], nxt: int) 
     assert j < len(frames), f"response with correlation id {cid} answers no request sent ({frames[nxt:]})"
     key, version, _ = frames[j]
     if lookup(key, version) is None:
-        assert key == framing.API_VERSIONS_KEY, f"answered api_key={key} v{version}, which the broker does not support"
+        assert key == ApiKey.API_VERSIONS, f"answered api_key={key} v{version}, which the broker does not support"
         got, body = framing.decode_response(frame, key, 0)  # the v0 UNSUPPORTED_VERSION answer
         assert body.error_code == ErrorCode.unsupported_version
     else:

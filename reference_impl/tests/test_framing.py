@@ -7,6 +7,7 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.metadata.v12.request import MetadataRequest
 
 from reference_impl.protocol import framing
+from reference_impl.protocol.api_keys import ApiKey
 
 
 def test_request_round_trip_uses_flexible_header_v2():
@@ -15,7 +16,7 @@ def test_request_round_trip_uses_flexible_header_v2():
     (size,) = struct.unpack(">i", frame[:4])
     assert size == len(frame) - 4
     decoded = framing.decode_request(frame[4:])
-    assert decoded.header.api_key == 18 and decoded.header.api_version == 3
+    assert decoded.header.api_key == ApiKey.API_VERSIONS and decoded.header.api_version == 3
     assert decoded.header.correlation_id == 7 and decoded.header.client_id == "me"
     assert decoded.body == req
 

@@ -20,9 +20,10 @@ from reference_impl.protocol import framing, payloads
 from reference_impl.protocol import records as r
 from reference_impl.protocol.records import NewRecord
 from reference_impl.server.broker_server import ThreadedReferenceCluster
+from reference_impl.protocol.api_keys import ApiKey
 
 TS = 1_700_000_000_000
-DESCRIBE_PRODUCERS = 61
+DESCRIBE_PRODUCERS = ApiKey.DESCRIBE_PRODUCERS
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,9 @@ from reference_impl.model.broker_state import BrokerConfig
 from reference_impl.model.share_state_records import SharePartitionKey
 from reference_impl.protocol import framing, payloads
 from reference_impl.server.broker_server import ThreadedReferenceCluster
+from reference_impl.protocol.api_keys import ApiKey
 
-DESCRIBE_CONFIGS, DESCRIBE_OFFSETS, ALTER_OFFSETS, DELETE_OFFSETS = 32, 90, 91, 92
+DESCRIBE_CONFIGS, DESCRIBE_OFFSETS, ALTER_OFFSETS, DELETE_OFFSETS = ApiKey.DESCRIBE_CONFIGS, ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, ApiKey.ALTER_SHARE_GROUP_OFFSETS, ApiKey.DELETE_SHARE_GROUP_OFFSETS
 
 
 def nested(api_key: int, version: int, class_name: str, /, **fields):

@@ -27,9 +27,10 @@ from reference_impl.client.share_consumer import (
     UnsupportedShareVersionError,
 )
 from reference_impl.client.share_membership import MemberState
+from reference_impl.protocol.api_keys import ApiKey
 
 SPECS = {"kafka-native": 2, "kafka-native:4.1": 1}  # spec -> highest share RPC version
-INCREMENTAL_ALTER_CONFIGS, GROUP_RESOURCE, SET = 44, 32, 0
+INCREMENTAL_ALTER_CONFIGS, GROUP_RESOURCE, SET = ApiKey.INCREMENTAL_ALTER_CONFIGS, 32, 0
 CLOSE_REDELIVERY_COUNT = {2: 2, 1: 1}  # share RPC version (4.4 / 4.1) -> observed count
 
 

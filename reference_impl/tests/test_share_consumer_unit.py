@@ -33,6 +33,7 @@ from reference_impl.client.share_membership import (
     new_member_id,
 )
 from reference_impl.protocol import records
+from kio.schema.errors import ErrorCode
 
 TID = uuid.UUID("11111111-2222-3333-4444-555555555555")
 
@@ -106,7 +107,7 @@ def test_coordinator_errors_ask_for_rediscovery_and_fatal_raises():
     m.on_heartbeat_sent(1)
     with pytest.raises(ShareGroupError) as e:
         m.on_heartbeat_response(42, None, 0, 0, None, "bad")
-    assert e.value.error_code == 42 and m.state is MemberState.FATAL
+    assert e.value.error_code == ErrorCode.invalid_request and m.state is MemberState.FATAL
 
 
 def test_leave_sends_epoch_minus_one():

@@ -33,9 +33,10 @@ from reference_impl.client.transactional_producer import (
     TxnState,
     UnsupportedTxnVersionError,
 )
+from kio.schema.errors import ErrorCode
 
 SPECS = {"kafka-native": 2, "kafka-native:3.9": 1}  # spec -> transaction version in use
-UNSTABLE_OFFSET_COMMIT = 88
+UNSTABLE_OFFSET_COMMIT = ErrorCode.unstable_offset_commit
 
 
 @pytest.fixture(scope="module", params=list(SPECS), ids=["kafka-4.4-tv2", "kafka-3.9-tv1"])
@@ -317,7 +318,7 @@ def test_fenced_producer_send_path(kafka, topic, make_producer):
     if kafka.expected_tv == 2:
         with pytest.raises(AbortableTxnError) as exc:
             p1.flush()
-        assert exc.value.error_code == 47
+        assert exc.value.error_code == ErrorCode.invalid_producer_epoch
         assert p1.state is TxnState.ABORTABLE_ERROR
         with pytest.raises(AbortableTxnError):
             p1.commit_transaction()
@@ -428,7 +429,7 @@ def test_abortable_error_then_abort_recovers(kafka, admin, make_producer):
     p.send(small, 0, b"x" * 4096)
     with pytest.raises(AbortableTxnError) as exc:
         p.commit_transaction()
-    assert exc.value.error_code == 10  # MESSAGE_TOO_LARGE
+    assert exc.value.error_code == ErrorCode.message_too_large
     assert p.state is TxnState.ABORTABLE_ERROR
     with pytest.raises(AbortableTxnError):
         p.send(small, 0, "refused")
@@ -466,9 +467,9 @@ def test_send_offsets_with_group_metadata(kafka, admin, topic, make_producer):
     group = uid("cg")
     gc = admin.coordinator_for(group, 0, wait_s=10)
     joined = wire_ops.join_group(gc, group, topic=topic)
-    assert joined.error_code == 0, joined
+    assert joined.error_code == ErrorCode.none, joined
     synced = wire_ops.sync_group(gc, group, joined.generation_id, joined.member_id, {joined.member_id: b""})
-    assert synced.error_code == 0, synced
+    assert synced.error_code == ErrorCode.none, synced
     meta = GroupMetadata(group, int(joined.generation_id), joined.member_id, None)
     p = make_producer()
     p.init_transactions()
@@ -485,7 +486,7 @@ def test_send_offsets_with_group_metadata(kafka, admin, topic, make_producer):
     stale = GroupMetadata(group, meta.generation_id + 1, meta.member_id)
     with pytest.raises(AbortableTxnError) as exc:
         p.send_offsets_to_transaction({(topic, 0): 9}, stale)
-    assert exc.value.error_code == 22  # ILLEGAL_GENERATION
+    assert exc.value.error_code == ErrorCode.illegal_generation
     assert p.state is TxnState.ABORTABLE_ERROR
     p.abort_transaction()
     assert p.state is TxnState.READY

@@ -33,6 +33,7 @@ from reference_impl.client.txn_state import (
     is_transition_valid,
 )
 from reference_impl.protocol import records
+from kio.schema.errors import ErrorCode
 
 S = TxnState
 U, INIT, READY, IN_TXN = S.UNINITIALIZED, S.INITIALIZING, S.READY, S.IN_TRANSACTION
@@ -155,12 +156,12 @@ def test_maybe_fail_with_error():
     sm.transition_to(ABORTABLE, AbortableTxnError("produce failed", 47))
     with pytest.raises(AbortableTxnError) as exc:
         sm.maybe_fail_with_error()
-    assert exc.value.error_code == 47
+    assert exc.value.error_code == ErrorCode.invalid_producer_epoch
     sm = _machine_in(IN_TXN)
     sm.to_fatal_error(ProducerFencedError("fenced", 90))
     with pytest.raises(ProducerFencedError) as exc2:
         sm.maybe_fail_with_error()
-    assert isinstance(exc2.value, FatalTxnError) and exc2.value.error_code == 90
+    assert isinstance(exc2.value, FatalTxnError) and exc2.value.error_code == ErrorCode.producer_fenced
     sm = _machine_in(READY)
     sm.to_fatal_error(RuntimeError("other"))
     with pytest.raises(FatalTxnError):
@@ -189,12 +190,12 @@ def test_fatal_from_every_state():
 
 # --- error classification (Kafka 4.x handlers) ------------------------------------------
 
-NONE, UNKNOWN_TOPIC, NOT_LEADER, TIMED_OUT = 0, 3, 6, 7
-LOADING, COORD_NA, NOT_COORD = 14, 15, 16
-ILLEGAL_GEN, UNKNOWN_MEMBER, GROUP_AUTHZ, CLUSTER_AUTHZ, TOPIC_AUTHZ = 22, 25, 30, 31, 29
-INVALID_EPOCH, INVALID_TXN_STATE, INVALID_PID_MAPPING, CONCURRENT = 47, 48, 49, 51
-TXN_ID_AUTHZ, DUP_SEQ, OUT_OF_ORDER, UNKNOWN_PID = 53, 46, 45, 59
-FENCED_INSTANCE, FENCED, TXN_ABORTABLE, NOT_ATTEMPTED = 82, 90, 120, 55
+NONE, UNKNOWN_TOPIC, NOT_LEADER, TIMED_OUT = ErrorCode.none, ErrorCode.unknown_topic_or_partition, ErrorCode.not_leader_or_follower, ErrorCode.request_timed_out
+LOADING, COORD_NA, NOT_COORD = ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available, ErrorCode.not_coordinator
+ILLEGAL_GEN, UNKNOWN_MEMBER, GROUP_AUTHZ, CLUSTER_AUTHZ, TOPIC_AUTHZ = ErrorCode.illegal_generation, ErrorCode.unknown_member_id, ErrorCode.group_authorization_failed, ErrorCode.cluster_authorization_failed, ErrorCode.topic_authorization_failed
+INVALID_EPOCH, INVALID_TXN_STATE, INVALID_PID_MAPPING, CONCURRENT = ErrorCode.invalid_producer_epoch, ErrorCode.invalid_txn_state, ErrorCode.invalid_producer_id_mapping, ErrorCode.concurrent_transactions
+TXN_ID_AUTHZ, DUP_SEQ, OUT_OF_ORDER, UNKNOWN_PID = ErrorCode.transactional_id_authorization_failed, ErrorCode.duplicate_sequence_number, ErrorCode.out_of_order_sequence_number, ErrorCode.unknown_producer_id
+FENCED_INSTANCE, FENCED, TXN_ABORTABLE, NOT_ATTEMPTED = ErrorCode.fenced_instance_id, ErrorCode.producer_fenced, ErrorCode.transaction_abortable, ErrorCode.operation_not_attempted
 
 
 @pytest.mark.parametrize(

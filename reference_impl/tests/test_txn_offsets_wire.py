@@ -20,9 +20,10 @@ from conformance.wire_ops import Req, create_topic, join_group, offset_commit, o
 from reference_impl.client.raw_client import ClusterClient, RawClient
 from reference_impl.handlers.registry import HANDLERS
 from reference_impl.server.broker_server import ThreadedReferenceCluster
+from reference_impl.protocol.api_keys import ApiKey
 
-TXN_OFFSET_COMMIT, INIT_PRODUCER_ID, ADD_OFFSETS_TO_TXN = 28, 22, 25
-DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
+TXN_OFFSET_COMMIT, INIT_PRODUCER_ID, ADD_OFFSETS_TO_TXN = ApiKey.TXN_OFFSET_COMMIT, ApiKey.INIT_PRODUCER_ID, ApiKey.ADD_OFFSETS_TO_TXN
+DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = ApiKey.DESCRIBE_TRANSACTIONS, ApiKey.LIST_TRANSACTIONS
 
 
 def unique(prefix: str) -> str:

@@ -20,8 +20,9 @@ from reference_impl.client.raw_client import ClusterClient
 from reference_impl.client.share_consumer import AcknowledgeType, ShareConsumer
 from replay.proxy import ThreadedCaptureProxy
 from replay.trace_writer import TraceWriter
+from reference_impl.protocol.api_keys import ApiKey
 
-INCREMENTAL_ALTER_CONFIGS, GROUP_RESOURCE, SET = 44, 32, 0
+INCREMENTAL_ALTER_CONFIGS, GROUP_RESOURCE, SET = ApiKey.INCREMENTAL_ALTER_CONFIGS, 32, 0
 
 
 def uid(prefix: str) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conformance import cli
+from reference_impl.protocol.api_keys import ApiKey
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -375,7 +376,7 @@ def test_broker_prints_bootstrap_and_stops_on_sigterm():
         from fixtures.target import probe_capabilities
 
         caps = probe_capabilities(bootstrap.split(",")[0], timeout=10)
-        assert caps.supports_api(18)
+        assert caps.supports_api(ApiKey.API_VERSIONS)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
     finally:

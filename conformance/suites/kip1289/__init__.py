@@ -26,9 +26,10 @@ from conformance.wire_ops import ms
 from fixtures.target import NotSupportedByTarget
 from reference_impl.client.raw_client import ClusterClient, RawClient
 from reference_impl.protocol import framing, payloads
+from reference_impl.protocol.api_keys import ApiKey
 
-TXN_SHARE_ACK, UPDATE_FEATURES, WRITE_TXN_MARKERS = 93, 57, 27
-INIT_PRODUCER_ID, END_TXN, DESCRIBE_TRANSACTIONS, API_VERSIONS = 22, 26, 65, 18
+TXN_SHARE_ACK, UPDATE_FEATURES, WRITE_TXN_MARKERS = ApiKey.TXN_SHARE_ACKNOWLEDGE, ApiKey.UPDATE_FEATURES, ApiKey.WRITE_TXN_MARKERS
+INIT_PRODUCER_ID, END_TXN, DESCRIBE_TRANSACTIONS, API_VERSIONS = ApiKey.INIT_PRODUCER_ID, ApiKey.END_TXN, ApiKey.DESCRIBE_TRANSACTIONS, 18
 GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4
 UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3
 SHARE_STATE_TOPIC = "__share_group_state"

@@ -18,19 +18,21 @@ from fixtures.target import NotSupportedByTarget
 
 from conformance import wire_ops
 from reference_impl.client.raw_client import ClusterClient, RawClient
+from reference_impl.protocol.api_keys import ApiKey
+from kio.schema.errors import ErrorCode
 
-INIT_PRODUCER_ID, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 22, 25, 26, 28
-OFFSET_FETCH, JOIN_GROUP, SYNC_GROUP = 9, 11, 14
+INIT_PRODUCER_ID, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = ApiKey.INIT_PRODUCER_ID, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN, ApiKey.TXN_OFFSET_COMMIT
+OFFSET_FETCH, JOIN_GROUP, SYNC_GROUP = ApiKey.OFFSET_FETCH, ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP
 
 # Error codes (Kafka's Errors table).
-NONE = 0
-COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 14, 15, 16
-ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS = 22, 25, 27
-CONCURRENT_TRANSACTIONS = 51
-MEMBER_ID_REQUIRED = 79
-FENCED_INSTANCE_ID = 82
-NO_REASSIGNMENT_IN_PROGRESS = 85  # the KIP text's PENDING_TRANSACTION code
-UNSTABLE_OFFSET_COMMIT = 88
+NONE = ErrorCode.none
+COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available, ErrorCode.not_coordinator
+ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS = ErrorCode.illegal_generation, ErrorCode.unknown_member_id, ErrorCode.rebalance_in_progress
+CONCURRENT_TRANSACTIONS = ErrorCode.concurrent_transactions
+MEMBER_ID_REQUIRED = ErrorCode.member_id_required
+FENCED_INSTANCE_ID = ErrorCode.fenced_instance_id
+NO_REASSIGNMENT_IN_PROGRESS = ErrorCode.no_reassignment_in_progress
+UNSTABLE_OFFSET_COMMIT = ErrorCode.unstable_offset_commit
 
 _TRANSIENT = {COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, CONCURRENT_TRANSACTIONS}
 

@@ -34,6 +34,7 @@ from conformance.suites.kip447 import (
     sync,
 )
 from fixtures.target import NotSupportedByTarget
+from reference_impl.protocol.api_keys import ApiKey
 
 
 def _stable_offset(coord, group: str, topic: str, partition: int, timeout_s: float = 15.0) -> list[int]:
@@ -356,7 +357,7 @@ def test_kip447_versions_advertised(target):
     """KIP-447 needs TxnOffsetCommit v3+ (group fields) and OffsetFetch v7+ (RequireStable);
     a target without them is reported not supported, never passed."""
     caps = target.capabilities()
-    toc, of = caps.max_version(28), caps.max_version(9)
+    toc, of = caps.max_version(ApiKey.TXN_OFFSET_COMMIT), caps.max_version(ApiKey.OFFSET_FETCH)
     if toc is None or of is None or toc < 3 or of < 7:
         raise NotSupportedByTarget(f"TxnOffsetCommit max v{toc}, OffsetFetch max v{of}: KIP-447 needs v3+ / v7+")
-    assert caps.max_version(25) is not None and caps.max_version(22) is not None
+    assert caps.max_version(ApiKey.ADD_OFFSETS_TO_TXN) is not None and caps.max_version(ApiKey.INIT_PRODUCER_ID) is not None

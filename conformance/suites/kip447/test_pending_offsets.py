@@ -24,14 +24,15 @@ from conformance.suites.kip447 import (
     offset_fetch,
 )
 from fixtures.target import NotSupportedByTarget
+from reference_impl.protocol.api_keys import ApiKey
 
 
 def _require_stable_fetch(target) -> None:
     caps = target.capabilities()
-    hi = caps.max_version(9)
+    hi = caps.max_version(ApiKey.OFFSET_FETCH)
     if hi is None or hi < 7:
         raise NotSupportedByTarget(f"OffsetFetch v7+ (RequireStable) not advertised (max {hi})")
-    if caps.max_version(28) is None or caps.max_version(25) is None:
+    if caps.max_version(ApiKey.TXN_OFFSET_COMMIT) is None or caps.max_version(ApiKey.ADD_OFFSETS_TO_TXN) is None:
         raise NotSupportedByTarget("TxnOffsetCommit / AddOffsetsToTxn not advertised")
 
 

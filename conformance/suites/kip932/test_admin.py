@@ -25,9 +25,10 @@ from conformance.share_ops import (
 from conformance.suites import require_api
 from fixtures.target import NotSupportedByTarget
 from reference_impl.client.raw_client import ClusterClient, RawClient
+from reference_impl.protocol.api_keys import ApiKey
 
-LIST_GROUPS, DELETE_GROUPS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 16, 42, 32, 44
-DESCRIBE_OFFSETS, ALTER_OFFSETS, DELETE_OFFSETS = 90, 91, 92
+LIST_GROUPS, DELETE_GROUPS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = ApiKey.LIST_GROUPS, ApiKey.DELETE_GROUPS, ApiKey.DESCRIBE_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS
+DESCRIBE_OFFSETS, ALTER_OFFSETS, DELETE_OFFSETS = ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, ApiKey.ALTER_SHARE_GROUP_OFFSETS, ApiKey.DELETE_SHARE_GROUP_OFFSETS
 GROUP_RESOURCE = 32
 DEFAULT_CONFIG, GROUP_CONFIG = 5, 8
 NOT_A_SHARE_GROUP = "is not a share group"

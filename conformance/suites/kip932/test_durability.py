@@ -33,9 +33,10 @@ from fixtures.target import Target
 from fixtures.targets import create_target
 from reference_impl.client.raw_client import ClusterClient
 from reference_impl.model.share_state_records import coordinator_key
+from reference_impl.protocol.api_keys import ApiKey
 
-READ_SHARE_GROUP_STATE_SUMMARY = 87
-FIND_COORDINATOR, SHARE_KEY_TYPE = 10, 2
+READ_SHARE_GROUP_STATE_SUMMARY = ApiKey.READ_SHARE_GROUP_STATE_SUMMARY
+FIND_COORDINATOR, SHARE_KEY_TYPE = ApiKey.FIND_COORDINATOR, 2
 FAILOVER_WAIT_S = 120.0  # a restarted Kafka node answers within seconds; under CI load (2 cores, several
 # JVMs) its share coordinator was seen answering COORDINATOR_NOT_AVAILABLE for over 60 s
 _DEDICATED: dict[str, Target] = {}  # spec -> started kafka-native:nodes=3 cluster of this module

@@ -22,6 +22,7 @@ from conformance.share_ops import (
 from conformance.suites import require_nodes
 from fixtures.target import NotSupportedByTarget
 from reference_impl.protocol import records as r
+from reference_impl.protocol.api_keys import ApiKey
 
 
 @pytest.fixture
@@ -190,7 +191,7 @@ def test_acquired_records_come_back_after_a_leader_change(target, unique, record
         raise NotSupportedByTarget("the mock does not move partition leadership away from a down broker")
     with wire_ops.cluster_client(target) as cc:
         sp = SharePartitionUnderTest(target, cc, unique.topic(), unique.group())
-        if target.capabilities().supports_api(19):
+        if target.capabilities().supports_api(ApiKey.CREATE_TOPICS):
             assert wire_ops.create_topic(cc, sp.topic, 1, replication=3) == E.none
         else:
             target.provision_topic(sp.topic, 1)  # librdkafka's mock: replicated to min(3, brokers)

@@ -18,6 +18,7 @@ from conformance.share_ops import (
 from fixtures.target import NotSupportedByTarget
 from reference_impl.client.transactional_producer import TransactionalProducer
 from reference_impl.protocol import records as r
+from reference_impl.protocol.api_keys import ApiKey
 
 
 @pytest.fixture
@@ -28,7 +29,7 @@ def sp(target, unique):
 
 def producer(sp: SharePartitionUnderTest, unique) -> TransactionalProducer:
     caps = sp.target.capabilities()
-    if not (caps.supports_api(22) and caps.supports_api(24) and caps.supports_api(26)):
+    if not (caps.supports_api(ApiKey.INIT_PRODUCER_ID) and caps.supports_api(ApiKey.ADD_PARTITIONS_TO_TXN) and caps.supports_api(ApiKey.END_TXN)):
         raise NotSupportedByTarget("transactions (InitProducerId / AddPartitionsToTxn / EndTxn) are not advertised")
     p = TransactionalProducer(sp.target.bootstrap_servers, unique.transactional_id(), transaction_timeout_ms=20000, security=sp.target.raw_security())
     p.init_transactions()

@@ -26,8 +26,9 @@ from conformance.suites import require_api
 from conformance.suites.kip932.test_sessions import record, record_side, require_share_groups
 from fixtures.target import NotSupportedByTarget, Target
 from reference_impl.client.raw_client import ClusterClient, RawClient
+from reference_impl.protocol.api_keys import ApiKey
 
-CONSUMER_GROUP_DESCRIBE = 69
+CONSUMER_GROUP_DESCRIBE = ApiKey.CONSUMER_GROUP_DESCRIBE
 GROUP_STATES = {"Empty", "Stable", "Dead"}
 KAFKA_DEFAULT_HEARTBEAT_MS = 5_000  # group.share.heartbeat.interval.ms
 # Removal after the session timeout is only checked where the timeout is short: Kafka's

@@ -37,6 +37,7 @@ from conformance.share_model_machine import (
     run_machine,
 )
 from fixtures.target import NotSupportedByTarget
+from reference_impl.protocol.api_keys import ApiKey
 
 REQUIREMENTS = (
     "KIP-932.STATE.003",
@@ -55,7 +56,7 @@ MAX_EXAMPLES = 6
 STEPS = 15
 SELF_CHECK_EXAMPLES = 10
 SELF_CHECK_STEPS = 15
-CREATE_TOPICS = 19
+CREATE_TOPICS = ApiKey.CREATE_TOPICS
 
 
 def _names(unique) -> object:

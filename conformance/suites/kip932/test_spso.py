@@ -22,6 +22,7 @@ from conformance.share_ops import (
 )
 from fixtures.target import NotSupportedByTarget
 from reference_impl.protocol import records as r
+from reference_impl.protocol.api_keys import ApiKey
 
 
 @pytest.fixture
@@ -44,7 +45,7 @@ def test_spso_starts_at_the_latest_offset_by_default(sp, target, record_property
     assert a.fetch_until([sp.key()], 5) == {o: 1 for o in range(10, 15)}
     assert delivery_counts(a.fetch([sp.key()], max_wait_ms=300)) == {}
     assert ack_codes(a.ack({sp.key(): [(10, 14, [ACCEPT])]})) == {0: 0}
-    if target.capabilities().supports_api(84):
+    if target.capabilities().supports_api(ApiKey.READ_SHARE_GROUP_STATE):
         start, batches = sp.state()
         record_property("persisted", [start, batches])
         assert effective_spso(start, batches) == 15
@@ -103,7 +104,7 @@ def test_added_partition_starts_at_offset_zero(sp):
     partitions and 5 records land in partition 1 before the group first fetches it: all 5
     are delivered."""
     require_share_groups(sp.target)
-    if not sp.target.capabilities().supports_api(37):
+    if not sp.target.capabilities().supports_api(ApiKey.CREATE_PARTITIONS):
         raise NotSupportedByTarget("CreatePartitions is not advertised")
     sp.open()
     a = sp.primed_member()
@@ -142,7 +143,7 @@ def test_durable_state_example(sp, record_property):
     ack 0 -> SPSO 1, ack 1-2 -> SPSO 10. The SPSO never passes an Available or Acquired
     record, and redelivered 0..2 come after 9 (ORDER.001 allows it)."""
     require_share_groups(sp.target)
-    if not sp.target.capabilities().supports_api(84):
+    if not sp.target.capabilities().supports_api(ApiKey.READ_SHARE_GROUP_STATE):
         raise NotSupportedByTarget("the SPSO is observed with ReadShareGroupState, which the target lacks")
     sp.open()
     c1, c2, c3 = sp.primed_member(), sp.member(), sp.member()
@@ -182,7 +183,7 @@ def test_durable_state_example(sp, record_property):
 
 def require_delete_records(sp: SharePartitionUnderTest) -> None:
     require_share_groups(sp.target)
-    if not sp.target.capabilities().supports_api(21):
+    if not sp.target.capabilities().supports_api(ApiKey.DELETE_RECORDS):
         raise NotSupportedByTarget("DeleteRecords is not advertised")
 
 
@@ -208,7 +209,7 @@ def test_spso_follows_the_log_start_offset(sp, target):
     got = a.fetch_until([sp.key()], 50)
     assert got == {o: 1 for o in range(50, 100)}
     assert ack_codes(a.ack({sp.key(): [(50, 99, [ACCEPT])]})) == {0: 0}
-    if target.capabilities().supports_api(84):
+    if target.capabilities().supports_api(ApiKey.READ_SHARE_GROUP_STATE):
         assert effective_spso(*sp.state()) == 100
 
 
@@ -225,5 +226,5 @@ def test_acquired_records_below_a_new_log_start_can_be_acknowledged(sp, target):
     assert ack_codes(a.ack({sp.key(): [(0, 9, [ACCEPT])]})) == {0: 0}
     nxt = sp.produce([b"next"])
     assert a.fetch_until([sp.key()], 1) == {nxt: 1}
-    if target.capabilities().supports_api(84):
+    if target.capabilities().supports_api(ApiKey.READ_SHARE_GROUP_STATE):
         assert effective_spso(*sp.state()) >= 10

@@ -17,8 +17,9 @@ from conformance.wire_ops import Req, fetch, list_offset, ms
 from fixtures.target import NotSupportedByTarget
 from reference_impl.client.raw_client import ClusterClient, RawClient
 from reference_impl.protocol import records
+from reference_impl.protocol.api_keys import ApiKey
 
-INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, END_TXN = 22, 24, 26
+INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, END_TXN = ApiKey.INIT_PRODUCER_ID, ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.END_TXN
 EARLIEST, LATEST = -2, -1
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 TV1_MAX_PRODUCE = 11

@@ -32,8 +32,9 @@ from conformance.suites.kip98.test_fencing import (
     produce_txn_ok,
 )
 from conformance.wire_ops import Req
+from reference_impl.protocol.api_keys import ApiKey
 
-END_TXN = 26
+END_TXN = ApiKey.END_TXN
 
 MAX_TIMEOUT_MS = 900_000  # transaction.max.timeout.ms default; no target overrides it
 

@@ -41,8 +41,9 @@ from conformance.suites.kip98.test_fencing import (
     produce_txn_ok,
 )
 from fixtures.target import NotSupportedByTarget
+from kio.schema.errors import ErrorCode
 
-COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE = 14, 15
+COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE = ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available
 RETRIABLE = {COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, CONCURRENT_TRANSACTIONS}
 EXPIRATION_MAX_MS = 5_000  # longest transactional.id.expiration.ms this suite waits for
 

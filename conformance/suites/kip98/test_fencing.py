@@ -25,14 +25,16 @@ from conformance.suites.kip98 import idem_batch, require_transactions, wait_stab
 from conformance.wire_ops import Req, ms
 from reference_impl.client.raw_client import ClusterClient, RawClient
 from reference_impl.protocol import records
+from reference_impl.protocol.api_keys import ApiKey
+from kio.schema.errors import ErrorCode
 
-INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN = 22, 24, 25, 26
-DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
-NONE, NOT_COORDINATOR, CONCURRENT_TRANSACTIONS = 0, 16, 51
-INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, INVALID_PRODUCER_ID_MAPPING = 47, 48, 49
-INVALID_TRANSACTION_TIMEOUT, PRODUCER_FENCED, TRANSACTIONAL_ID_NOT_FOUND = 50, 90, 105
+INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN = ApiKey.INIT_PRODUCER_ID, ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN
+DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = ApiKey.DESCRIBE_TRANSACTIONS, ApiKey.LIST_TRANSACTIONS
+NONE, NOT_COORDINATOR, CONCURRENT_TRANSACTIONS = ErrorCode.none, ErrorCode.not_coordinator, ErrorCode.concurrent_transactions
+INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, INVALID_PRODUCER_ID_MAPPING = ErrorCode.invalid_producer_epoch, ErrorCode.invalid_txn_state, ErrorCode.invalid_producer_id_mapping
+INVALID_TRANSACTION_TIMEOUT, PRODUCER_FENCED, TRANSACTIONAL_ID_NOT_FOUND = ErrorCode.invalid_transaction_timeout, ErrorCode.producer_fenced, ErrorCode.transactional_id_not_found
 FENCING = {INVALID_PRODUCER_EPOCH, PRODUCER_FENCED}
-_SETTLING = {14, 15, 16}  # coordinator loading / not available / moved
+_SETTLING = {ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available, ErrorCode.not_coordinator}
 
 
 # ----------------------------------------------------------------------------- helpers

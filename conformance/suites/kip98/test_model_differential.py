@@ -37,6 +37,7 @@ from conformance.txn_model_machine import (
     default_settings,
     run_machine,
 )
+from reference_impl.protocol.api_keys import ApiKey
 
 REQUIREMENTS = (
     "KIP-98.TXN.001",
@@ -57,15 +58,15 @@ STEPS = 15
 
 # InitProducerId, AddPartitionsToTxn, EndTxn; Fetch v4+ and ListOffsets v2+ (isolation level)
 _APIS = ((22, None, "InitProducerId"), (24, None, "AddPartitionsToTxn"), (26, None, "EndTxn"))
-CREATE_TOPICS = 19
+CREATE_TOPICS = ApiKey.CREATE_TOPICS
 
 
 def _transaction_version(capabilities) -> int:
     for key, version, what in _APIS:
         require_api(capabilities, key, version, what=what)
-    if (capabilities.max_version(1) or 0) < 4:
+    if (capabilities.max_version(ApiKey.FETCH) or 0) < 4:
         raise NotSupportedByTarget("Fetch v4+ (isolation level) is not advertised")
-    if (capabilities.max_version(2) or 0) < 2:
+    if (capabilities.max_version(ApiKey.LIST_OFFSETS) or 0) < 2:
         raise NotSupportedByTarget("ListOffsets v2+ (isolation level) is not advertised")
     tv = capabilities.feature("transaction.version")
     return 2 if tv >= 2 else 1
