@@ -27,10 +27,11 @@ from conformance.suites.kip98 import (
 )
 from conformance.wire_ops import Req, list_offset
 from reference_impl.client.raw_client import ClusterClient, RawClient
+from reference_impl.protocol.api_keys import ApiKey
 
 FEATURE = "transaction.roundtrip.version"
 BLOCKING = 1
-DESCRIBE_TRANSACTIONS = 65
+DESCRIBE_TRANSACTIONS = ApiKey.DESCRIBE_TRANSACTIONS
 LATEST = -1
 
 

@@ -9,8 +9,9 @@ from kio.schema.errors import ErrorCode as E
 
 from conformance.suites.kip98.test_fencing import committed_values
 from conformance.suites.txnrt import wait_for
+from reference_impl.protocol.api_keys import ApiKey
 
-END_TXN, TV1_MAX_END_TXN = 26, 4
+END_TXN, TV1_MAX_END_TXN = ApiKey.END_TXN, 4
 
 
 @pytest.mark.requirement("KIP-TXNRT.ENDTXN.001")
