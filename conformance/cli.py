@@ -343,7 +343,7 @@ markers =
     requirement(*ids): requirement ids from conformance/catalog this test checks
     target_kinds(*kinds): restrict a test to target kinds
     deadline(seconds): this test's deadline
-    slow: long-running test
+    slow(rank): long-running test; certify starts it early, a higher rank first
 filterwarnings = error::pytest.PytestUnknownMarkWarning
 """
 
@@ -375,6 +375,9 @@ def pytest_command(
     if test_timeout is not None:
         cmd += ["--kipcheck-deadline", f"{test_timeout:g}"]
     cmd += ["-n", str(workers)]
+    if str(workers) != "0":
+        # with the plugin's slow-first order, each worker starts with one long test
+        cmd += ["--maxschedchunk", "1"]
     if suite:
         cmd += ["-k", " or ".join(f"({s})" for s in suite)]
     cmd += list(extra)

@@ -552,6 +552,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for dev in deviations:
             if dev.matches(spec.kind, version, item.nodeid, _test_name(item)):
                 item.add_marker(pytest.mark.xfail(strict=True, reason=dev.reason))
+    items[:] = slow_first(items)
+
+
+def _slow_rank(item: pytest.Item) -> float:
+    mark = item.get_closest_marker("slow")
+    return float(mark.args[0]) if mark is not None and mark.args else 1.0
+
+
+def slow_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """`slow`-marked tests first (a higher `slow(rank)` earlier), each followed by one other test: xdist's load scheduler
+    (certify runs it with --maxschedchunk 1) hands every worker two tests at the start, so
+    the long tests start at once on separate workers instead of forming the run's tail.
+    Deterministic, so every worker collects the same order (xdist requires it)."""
+    slow = sorted((i for i in items if i.get_closest_marker("slow") is not None), key=lambda i: -_slow_rank(i))
+    if not slow:
+        return items
+    rest = [i for i in items if i.get_closest_marker("slow") is None]
+    paired = [i for pair in zip(slow, rest) for i in pair]
+    n = min(len(slow), len(rest))
+    return paired + slow[n:] + rest[n:]
 
 
 def _release_version(spec: Any) -> str | None:

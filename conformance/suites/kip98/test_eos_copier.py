@@ -210,6 +210,7 @@ def _assert_exactly_once(run: dict) -> None:
     assert res["valid"] is True, f"history checker: {json.dumps(res, default=str)[:3000]}"
 
 
+@pytest.mark.slow(2)
 @pytest.mark.requirement("KIP-98.EOS.001", "KIP-98.TXN.001", "KIP-98.TXN.002", "KIP-98.TXN.005")
 def test_eos_copier_survives_sigkill_tv1(target, unique, tmp_path):
     """confluent-kafka transactional producer (transaction protocol v1) + read_committed
@@ -221,6 +222,7 @@ def test_eos_copier_survives_sigkill_tv1(target, unique, tmp_path):
     _assert_exactly_once(run)
 
 
+@pytest.mark.slow(3)
 @pytest.mark.requirement("KIP-98.EOS.001", "KIP-98.TXN.001", "KIP-98.TXN.002", "KIP-98.TXN.005")
 def test_eos_copier_survives_sigkill_tv2(target, unique, tmp_path):
     """The reference TransactionalProducer at transaction version 2 (KIP-890: no
