@@ -376,7 +376,7 @@ def pytest_command(
         cmd += ["--kipcheck-deadline", f"{test_timeout:g}"]
     cmd += ["-n", str(workers)]
     if str(workers) != "0":
-        # with the plugin's slow-first order, each worker starts with one long test
+        # short worker queues: tests start in the plugin's order (spread_slow)
         cmd += ["--maxschedchunk", "1"]
     if suite:
         cmd += ["-k", " or ".join(f"({s})" for s in suite)]
