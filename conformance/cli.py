@@ -107,9 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "-n",
         "--workers",
-        default="6",  # measured: benchmarks --suite certify (tests mostly wait on timers)
+        # measured with benchmarks --suite certify on 2 loaded cores: -n 4 used 119 s CPU where
+        # -n 6 used 143-164 s (each worker pays ~4 s to start and runs its own reference broker)
+        default="4",
         metavar="WORKERS",
-        help="pytest-xdist workers: a number or `auto` (default: 6; 0 runs in one process)",
+        help="pytest-xdist workers: a number or `auto` (default: 4; 0 runs in one process)",
     )
     c.add_argument(
         "--format",
