@@ -328,6 +328,16 @@ def _validate_implemented_in(problems: list[str], where: str, value: Any) -> dic
     return out
 
 
+# libyaml's loader when PyYAML has it: the same safe schema, ~10x faster than the pure
+# Python one; the catalog is parsed in every pytest process (each xdist worker).
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def load_yaml(text: str) -> Any:
+    """yaml.safe_load, with libyaml when available."""
+    return yaml.load(text, Loader=_YAML_LOADER)  # noqa: S506 - a safe loader
+
+
 def _load_file(
     path: Path,
     problems: list[str],
@@ -336,7 +346,7 @@ def _load_file(
 ) -> tuple[KipDocument | None, list[Requirement]]:
     name = path.name
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         problems.append(f"{name}: not valid YAML: {exc}")
         return None, []

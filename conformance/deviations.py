@@ -30,7 +30,7 @@ import yaml
 
 from packaging.version import InvalidVersion, Version
 
-from conformance.catalog import Catalog, parse_constraint
+from conformance.catalog import Catalog, load_yaml, parse_constraint
 
 DEFAULT_DEVIATIONS = Path(__file__).resolve().parent / "deviations"
 _DEV_ID = re.compile(r"^DEV-\d{3,}$")
@@ -125,7 +125,7 @@ def load_deviations(path: Path | str | None = None, catalog: Catalog | None = No
     entries: list[Deviation] = []
     for file in files:
         try:
-            data = yaml.safe_load(file.read_text())
+            data = load_yaml(file.read_text())
         except (OSError, yaml.YAMLError) as exc:
             raise DeviationError([f"{file}: cannot read: {exc}"]) from exc
         entries += parse_deviations(data, file.name, catalog)

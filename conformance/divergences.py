@@ -29,7 +29,7 @@ from typing import Any, Iterable
 import yaml
 from packaging.specifiers import InvalidSpecifier
 
-from conformance.catalog import Catalog, parse_constraint
+from conformance.catalog import Catalog, load_yaml, parse_constraint
 
 DEFAULT_REGISTER = Path(__file__).resolve().parent / "divergences.yaml"
 FOLLOWS = ("kip", "kafka", "both")
@@ -183,7 +183,7 @@ def load_register(path: Path | str | None = None, catalog: Catalog | None = None
     catalog, every entry's requirement must be catalogued."""
     path = Path(path) if path is not None else DEFAULT_REGISTER
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise RegisterError([f"{path.name}: not valid YAML: {exc}"]) from None
     register = parse_register(data, path.name, catalog)

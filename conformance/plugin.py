@@ -552,6 +552,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for dev in deviations:
             if dev.matches(spec.kind, version, item.nodeid, _test_name(item)):
                 item.add_marker(pytest.mark.xfail(strict=True, reason=dev.reason))
+    items[:] = spread_slow(items)
+
+
+def _slow_rank(item: pytest.Item) -> float:
+    mark = item.get_closest_marker("slow")
+    return float(mark.args[0]) if mark is not None and mark.args else 1.0
+
+
+def spread_slow(items: list[pytest.Item]) -> list[pytest.Item]:
+    """`slow`-marked tests (a higher `slow(rank)` earlier) spread over the first half of the
+    run, each followed by its share of the other tests: the long tests no longer form the
+    run's tail (xdist hands tests out in this order; certify keeps the workers' queues short
+    with --maxschedchunk 1), and no more of them run at once than the spacing lets, since
+    many CPU-heavy tests at once on a loaded 2-core machine each slow down several times.
+    Deterministic, so every worker collects the same order (xdist requires it)."""
+    slow = sorted((i for i in items if i.get_closest_marker("slow") is not None), key=lambda i: -_slow_rank(i))
+    if not slow:
+        return items
+    rest = [i for i in items if i.get_closest_marker("slow") is None]
+    gap = max(1, len(rest) // (2 * len(slow)))
+    out: list[pytest.Item] = []
+    for k, item in enumerate(slow):
+        out += [item, *rest[k * gap:(k + 1) * gap]]
+    return out + rest[len(slow) * gap:]
 
 
 def _release_version(spec: Any) -> str | None:

@@ -101,6 +101,9 @@ SETTLE_UNCERTAIN_S = 0.3
 EPOCH_CATEGORY = {"producer_epoch": {"producer_epoch"}}
 FENCING_ERRORS = frozenset({"INVALID_PRODUCER_EPOCH", "PRODUCER_FENCED"})
 POLL_S = 0.01
+# Polling while uncertain partitions must hold still: offsets only grow, so a change inside
+# the window is seen at any later poll; a coarser step costs the brokers far fewer ListOffsets.
+STABLE_POLL_S = 0.05
 
 
 # -- backends ------------------------------------------------------------------------------
@@ -538,10 +541,10 @@ class ClusterSide:
     def offsets(self) -> dict[int, tuple[int, int]]:
         return {p: (self.ru.end_offset((self.topic, p)), self.rc.end_offset((self.topic, p))) for p in self.partitions}
 
-    def settle(self) -> None:
+    def settle(self) -> dict[int, tuple[int, int]]:
         """Wait until every certain partition shows the expected hw/lso (markers are written
         after EndTxn answers); partitions the model cannot predict must stay unchanged for
-        SETTLE_UNCERTAIN_S."""
+        SETTLE_UNCERTAIN_S. Returns the last (hw, lso) snapshot, the one judged settled."""
         exp = self.expected()
         uncertain = [p for p in self.partitions if exp[p]["hw"] is None or exp[p]["lso"] is None]
         deadline = time.monotonic() + SETTLE_TIMEOUT_S
@@ -557,10 +560,10 @@ class ClusterSide:
             if got != last:
                 last, stable_since = got, now
             if certain_ok and (not uncertain or now - stable_since >= SETTLE_UNCERTAIN_S):
-                return
+                return got
             if now > deadline:
-                return
-            time.sleep(POLL_S)
+                return got
+            time.sleep(STABLE_POLL_S if certain_ok else POLL_S)
 
     def _read(self, consumer: Consumer) -> dict[int, list[list[Any]]]:
         tps = [(self.topic, p) for p in self.partitions]
@@ -573,8 +576,7 @@ class ClusterSide:
         return out
 
     def observe(self, op: str, args: dict[str, Any], outcome: dict[str, Any]) -> dict[str, Any]:
-        self.settle()
-        offs = self.offsets()
+        offs = self.settle()
         ru, rc = self._read(self.ru), self._read(self.rc)
         producers = {}
         for slot, inst in self.instances.items():

@@ -152,6 +152,8 @@ def test_pytest_command_shape(tmp_path):
     assert f"--kipcheck-results {tmp_path / 'r'}" in joined
     assert f"--alluredir {tmp_path / 'a'}" in joined
     assert cmd[cmd.index("-n") + 1] == "2"
+    assert cmd[cmd.index("--maxschedchunk") + 1] == "1"  # spread_slow order: workers follow it closely
+    assert "--maxschedchunk" not in cli.pytest_command(["reference"], tmp_path / "r", None, None, "0")
     assert cmd[cmd.index("-k") + 1] == "(kip98) or (proto)"
     assert cmd[-1] == "-x"
 

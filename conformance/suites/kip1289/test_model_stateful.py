@@ -157,6 +157,7 @@ def build(kip):
     return TxnShareAckMachine
 
 
+@pytest.mark.slow(2)
 @pytest.mark.requirement("KIP-1289.STATE.001", "KIP-1289.STATE.002", "KIP-1289.STATE.003", "KIP-1289.STATE.004",
                          "KIP-1289.MARKER.001", "KIP-1289.API.005", "KIP-1289.FENCE.004")
 def test_random_operation_sequences_follow_the_model(kip):

@@ -81,6 +81,7 @@ def _require_machine_lock(target) -> None:
             f"group.share.min.record.lock.duration.ms to {LOCK_MS} or less to run this test")
 
 
+@pytest.mark.slow
 @pytest.mark.requirement(*REQUIREMENTS)
 def test_share_partition_matches_model_and_reference(target, capabilities, unique, record_property):
     share_ops.require_share_groups(target)
@@ -105,6 +106,7 @@ def test_share_partition_matches_model_and_reference(target, capabilities, uniqu
     assert {"fetch", "ack"} <= set(ops), f"the examples never fetched and acknowledged: {dict(ops)}"
 
 
+@pytest.mark.slow(2)
 @pytest.mark.requirement(*REQUIREMENTS)
 @pytest.mark.parametrize("close_decrements", [False, True], ids=["kafka-4.4-close", "kafka-4.1-close"])
 def test_share_partition_self_check_with_manual_clock(unique, close_decrements):

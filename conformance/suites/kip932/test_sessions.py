@@ -416,6 +416,7 @@ def session_cap(target: Target) -> int:
     return int(value) if value is not None else DEFAULT_MAX_SHARE_SESSIONS
 
 
+@pytest.mark.slow
 @pytest.mark.requirement("KIP-932.SESSION.015")
 def test_session_cap_refuses_new_sessions_and_keeps_existing_ones(target, unique, request):
     """Up to the cap sessions open (fewer if other tests left sessions on this broker); the

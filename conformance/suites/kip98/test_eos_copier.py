@@ -46,14 +46,44 @@ def _state_of(ops: list[dict], process: str) -> tuple[int, bool]:
     """(committed transactions, whether a txn invocation is open) of one process."""
     committed, open_ = 0, False
     for op in ops:
-        if op["process"] != process or op["f"] != "txn":
-            continue
-        if op["type"] == "invoke":
-            open_ = True
-        else:
-            open_ = False
-            committed += op["type"] == "ok"
+        committed, open_ = _advance((committed, open_), op, process)
     return committed, open_
+
+
+def _advance(state: tuple[int, bool], op: dict, process: str) -> tuple[int, bool]:
+    committed, open_ = state
+    if op["process"] != process or op["f"] != "txn":
+        return state
+    if op["type"] == "invoke":
+        return committed, True
+    return committed + (op["type"] == "ok"), False
+
+
+class _Progress:
+    """_state_of for one running copier, read incrementally: the history only grows, and
+    re-parsing all of it every few ms (to kill inside a transaction) cost a CPU core."""
+
+    def __init__(self, path: Path, process: str) -> None:
+        self.path, self.process = path, process
+        self._offset, self._partial = 0, b""
+        self.state: tuple[int, bool] = (0, False)
+
+    def poll(self) -> tuple[int, bool]:
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self._offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return self.state
+        self._offset += len(chunk)
+        *lines, self._partial = (self._partial + chunk).split(b"\n")
+        for line in lines:
+            try:
+                op = json.loads(line)
+            except ValueError:  # a line cut by a SIGKILL mid-write, as read_jsonl skips it
+                continue
+            self.state = _advance(self.state, op, self.process)
+        return self.state
 
 
 def _append(path: Path, op: dict) -> None:
@@ -152,10 +182,11 @@ def run_copier_with_kills(target, unique, tmp_path: Path, client: str, transacti
                 # Kill after 1-3 committed transactions, at a random point of an open one.
                 want = rng.randint(1, 3)
                 delay = rng.uniform(0, 2 * TXN_PAUSE_MS / 1000)
+                progress = _Progress(hist_path, process)
                 while proc.poll() is None:
                     if time.monotonic() > deadline:
                         raise TimeoutError(f"{process} made no progress")
-                    done, open_ = _state_of(read_jsonl(hist_path), process)
+                    done, open_ = progress.poll()
                     if done >= want and open_:
                         time.sleep(delay)
                         break
@@ -210,6 +241,7 @@ def _assert_exactly_once(run: dict) -> None:
     assert res["valid"] is True, f"history checker: {json.dumps(res, default=str)[:3000]}"
 
 
+@pytest.mark.slow(2)
 @pytest.mark.requirement("KIP-98.EOS.001", "KIP-98.TXN.001", "KIP-98.TXN.002", "KIP-98.TXN.005")
 def test_eos_copier_survives_sigkill_tv1(target, unique, tmp_path):
     """confluent-kafka transactional producer (transaction protocol v1) + read_committed
@@ -221,6 +253,7 @@ def test_eos_copier_survives_sigkill_tv1(target, unique, tmp_path):
     _assert_exactly_once(run)
 
 
+@pytest.mark.slow(3)
 @pytest.mark.requirement("KIP-98.EOS.001", "KIP-98.TXN.001", "KIP-98.TXN.002", "KIP-98.TXN.005")
 def test_eos_copier_survives_sigkill_tv2(target, unique, tmp_path):
     """The reference TransactionalProducer at transaction version 2 (KIP-890: no

@@ -77,6 +77,7 @@ def _names(unique) -> object:
     return lambda: unique(f"m{next(counter)}")
 
 
+@pytest.mark.slow(3)
 @pytest.mark.requirement(*REQUIREMENTS)
 def test_transactions_match_model_and_reference(target, capabilities, unique):
     tv = _transaction_version(capabilities)
@@ -91,6 +92,7 @@ def test_transactions_match_model_and_reference(target, capabilities, unique):
     run_machine(config, default_settings(MAX_EXAMPLES, STEPS))
 
 
+@pytest.mark.slow(3)
 @pytest.mark.requirement(*REQUIREMENTS, "KIP-98.TIMEOUT.001", "KIP-98.COORD.004", "KIP-98.LSO.003")
 @pytest.mark.parametrize("nodes", [1, 3], ids=["nodes=1", "nodes=3"])
 @pytest.mark.parametrize("transaction_version", [2, 1], ids=["tv2", "tv1"])
