@@ -1,6 +1,10 @@
 # Sourced by ./kipcheck and ./kipcheck-tests: make .venv with kipcheck installed.
 # Re-installs only when pyproject.toml changed, so repeated runs start at once.
 VENV="${KIPCHECK_VENV:-$KIPCHECK_ROOT/.venv}"
+# Bytecode caches (__pycache__, git-ignored) let every xdist worker and subprocess start
+# without recompiling the tree, pytest's rewritten test modules included; an environment
+# that turns them off (PYTHONDONTWRITEBYTECODE) makes each of them compile everything again.
+unset PYTHONDONTWRITEBYTECODE
 
 ensure_venv() {
   local stamp="$VENV/.kipcheck-installed" want
