@@ -130,15 +130,14 @@ def table(results: list[BugResult], runtime_s: float) -> dict:
     }
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="kipcheck power", description="Prove that the suite catches every seeded reference bug.")
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """Options of `kipcheck power` and `python -m conformance.power`."""
     ap.add_argument("paths", nargs="*", default=list(DEFAULT_PATHS), help="test paths (default: conformance/suites)")
     ap.add_argument("--bugs", default=None, help="comma-separated bug names (default: all)")
     ap.add_argument("-n", "--workers", type=int, default=2, help="pytest-xdist workers per bug run (default 2)")
     ap.add_argument("-k", dest="keyword", default=None, help="pytest -k expression applied to every bug run")
     ap.add_argument("--out", default="power.json", help="where to write the JSON table (default power.json)")
     ap.add_argument("--timeout", type=float, default=DEFAULT_BUG_TIMEOUT_S, help="seconds per bug run")
-    return ap.parse_args(argv)
 
 
 def select_bugs(text: str | None) -> list[SeededBug]:
@@ -152,7 +151,13 @@ def select_bugs(text: str | None) -> list[SeededBug]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+    ap = argparse.ArgumentParser(prog="python -m conformance.power", description=__doc__.splitlines()[0])
+    add_arguments(ap)
+    return run(ap.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """The power matrix; exit 0 when every selected bug is caught, 1 when one is missed."""
     try:
         bugs = select_bugs(args.bugs)
         if args.workers < 0 or args.timeout <= 0:
@@ -160,6 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"kipcheck: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     results = []
     for bug in bugs:
