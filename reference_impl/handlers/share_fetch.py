@@ -230,8 +230,6 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> Any:
         return got
 
     got = fetch_all()
-    if late_acks:
-        _apply_late_acks(ctx, mgr, group_id, member_id, acks, outcomes)
     max_wait_ms = int(request.max_wait.total_seconds() * 1000)
     any_error = any(o.error != ErrorCode.none for o in outcomes.values())
     if got == 0 and order and max_wait_ms > 0 and not any_error:
@@ -249,6 +247,8 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> Any:
         await ctx.runtime.wait_for(ready, max_wait_ms)
         if cache.get(group_id, member_id) is fctx.session:
             fetch_all()
+    if late_acks:
+        _apply_late_acks(ctx, mgr, group_id, member_id, acks, outcomes)
 
     selected = []
     for key in order + [k for k in outcomes if k not in order]:
