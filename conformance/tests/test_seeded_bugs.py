@@ -53,8 +53,14 @@ def test_spec_option_parses_one_or_several_bugs():
 @pytest.mark.parametrize("value", ["no-such-bug", "", f"{bugs.CRC_NOT_CHECKED},typo"])
 def test_unknown_or_empty_bug_names_the_known_ones(value):
     with pytest.raises(ValueError) as err:
-        ReferenceTarget(parse_target_spec(f"reference:bug={value}"))
+        parse_target_spec(f"reference:bug={value}")
     assert bugs.CRC_NOT_CHECKED in str(err.value)
+
+
+def test_certify_rejects_an_unknown_bug_in_one_line(capsys):
+    assert cli.main(["certify", "--target", "reference:bug=no-such-bug"]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "unknown seeded bug(s) no-such-bug" in lines[0] and bugs.CRC_NOT_CHECKED in lines[0]
 
 
 def test_plain_reference_has_no_bug():
