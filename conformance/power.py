@@ -52,7 +52,8 @@ class BugResult:
 
     @property
     def caught(self) -> bool:
-        return self.error is None and self.tests_failed > 0
+        """A failing test is a catch even when the run was cut short (error says why)."""
+        return self.tests_failed > 0
 
 
 def pytest_command(bug: SeededBug, paths: Sequence[str], results_dir: Path, workers: int, keyword: str | None) -> list[str]:

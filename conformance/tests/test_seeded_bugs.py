@@ -105,6 +105,8 @@ def test_tally_counts_failures_as_catches():
     assert (r.tests_run, r.tests_failed, r.not_run, r.catching_tests) == (3, 2, 1, ["b", "d"])
     assert r.caught
     assert not power.tally(bug, rows[:1]).caught
+    r.error = "did not finish within 1 s"
+    assert r.caught  # a failure seen before the cut-off still counts
 
 
 def test_nightly_workflow_runs_the_whole_matrix():
