@@ -223,6 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_trace_command(sub, "chaos", "chaos.chaos_cmd", help="one seeded chaos run: workload + faults + checkers",
                        description="See docs/chaos-workloads.md. Exit 0 valid, 1 anomaly, 2 could not run, 3 unknown.")
     _add_trace_command(sub, "image", "fixtures.image_cmd", help="build or load the apache/kafka image offline")
+    _add_trace_command(sub, "power", "conformance.power", help="prove the suite catches every seeded reference bug",
+                       description="See docs/suite-power.md. Exit 0 every bug caught, 1 a bug missed, 2 usage error.")
     return p
 
 
@@ -261,6 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "check": cmd_trace,
         "chaos": cmd_trace,
         "image": cmd_trace,
+        "power": cmd_trace,
     }[args.command]
     try:
         return handler(args)

@@ -34,6 +34,7 @@ from kio.schema.errors import ErrorCode
 
 from reference_impl.handlers.metadata import node_endpoints, nonzero_uuid, sync_liveness
 from reference_impl.handlers.registry import RequestContext, handles
+from reference_impl.model import seeded_bugs as bugs
 from reference_impl.model.share_partition import AckResult, AcknowledgeType
 from reference_impl.model.share_partition_manager import FetchedPartition, SharePartitionManager
 from reference_impl.model.share_session import ShareSessionError
@@ -192,7 +193,9 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> Any:
         mgr.release_member(group_id, member_id, fctx.replaced.partitions)
 
     outcomes: dict[tuple[uuid.UUID | None, int], PartitionOutcome] = {}
-    for key, batches in acks.items():
+    # The seeded bug (reference:bug=share-acks-after-fetch) applies them after the fetch.
+    late_acks = mgr.config.seeded_bugs.has(bugs.SHARE_ACKS_AFTER_FETCH) and fctx.kind != "final"
+    for key, batches in ({} if late_acks else acks).items():
         outcomes[key] = apply_acks(ctx, mgr, group_id, member_id, key[0], key[1], batches)
 
     if fctx.kind == "final":
@@ -245,6 +248,8 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> Any:
         await ctx.runtime.wait_for(ready, max_wait_ms)
         if cache.get(group_id, member_id) is fctx.session:
             fetch_all()
+    if late_acks:
+        _apply_late_acks(ctx, mgr, group_id, member_id, acks, outcomes)
 
     selected = []
     for key in order + [k for k in outcomes if k not in order]:
@@ -254,6 +259,17 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> Any:
         if fctx.kind == "full" or out.fetched.acquired or out.error != ErrorCode.none or out.ack_error is not None:
             selected.append(out)
     return _response(ctx, mgr, group_id, selected)
+
+
+def _apply_late_acks(
+    ctx: RequestContext, mgr: SharePartitionManager, group_id: str, member_id: str,
+    acks: dict, outcomes: dict[tuple[uuid.UUID | None, int], PartitionOutcome],
+) -> None:
+    """The seeded bug's order: acknowledgements applied once the fetch has run."""
+    for key, batches in acks.items():
+        done = apply_acks(ctx, mgr, group_id, member_id, key[0], key[1], batches)
+        out = outcomes.setdefault(key, done)
+        out.ack_error, out.ack_message = done.ack_error, done.ack_message
 
 
 def _response(ctx: RequestContext, mgr: SharePartitionManager, group_id: str, outcomes: list[PartitionOutcome]) -> Any:

@@ -30,6 +30,7 @@ from kio.schema.errors import ErrorCode
 
 from reference_impl.handlers._group_common import NO_THROTTLE, is_coordinator, split_known_partitions
 from reference_impl.handlers.registry import RequestContext, handles
+from reference_impl.model import seeded_bugs as bugs
 from reference_impl.model.group_coordinator import OFFSETS_TOPIC
 from reference_impl.protocol import payloads
 from reference_impl.protocol.api_keys import ApiKey
@@ -65,6 +66,9 @@ def _verify_transaction(ctx: RequestContext, request) -> ErrorCode:
     else:
         return ErrorCode.none
     error = ErrorCode(int(error)) if error is not None else ErrorCode.none
+    if error in (ErrorCode.producer_fenced, ErrorCode.invalid_producer_epoch) and state.config.seeded_bugs.has(
+            bugs.TXN_OFFSET_STALE_PRODUCER_EPOCH_ACCEPTED):
+        return ErrorCode.none  # the seeded bug: a fenced epoch's offsets are stored
     if error == ErrorCode.producer_fenced:
         return ErrorCode.invalid_producer_epoch
     if error == ErrorCode.transaction_abortable and ctx.api_version < FIRST_ABORTABLE_VERSION:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from reference_impl.model import txn_roundtrip
 from reference_impl.model.clock import Clock
+from reference_impl.model.seeded_bugs import NO_BUGS, SeededBugs
 from reference_impl.model.share_partition_config import SharePartitionConfig
 from reference_impl.model.transaction_coordinator import TransactionConfig
 
@@ -70,6 +71,9 @@ class BrokerConfig:
         }
     )
     finalized_features_epoch: int = 1  # raised by every UpdateFeatures that changes a level
+    # Deliberate bugs (reference:bug=NAME, conformance.power); the same set is in the
+    # transaction, share-partition and log configs the aggregates read.
+    seeded_bugs: SeededBugs = NO_BUGS
 
     @property
     def share_groups_enabled(self) -> bool:

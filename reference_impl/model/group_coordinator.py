@@ -39,7 +39,10 @@ from reference_impl.model.classic_group import (
     Protocol,
     SyncResult,
 )
+from reference_impl.model import seeded_bugs as bugs
+from reference_impl.model.broker_state import BrokerConfig
 from reference_impl.model.clock import Clock
+from reference_impl.model.seeded_bugs import NO_BUGS, SeededBugs
 from reference_impl.model.offset_store import NO_METADATA, INVALID_OFFSET, OffsetAndMetadata, OffsetStore
 from reference_impl.model.java_hash import partition_for_key
 
@@ -169,6 +172,11 @@ class GroupCoordinator:
         self._txn_producer_epochs: dict[tuple[int, int], int] = {}
 
     # -- configuration -------------------------------------------------------------
+
+    @property
+    def seeded_bugs(self) -> SeededBugs:
+        """Deliberate bugs of a reference:bug=NAME broker (other config objects have none)."""
+        return self.config.seeded_bugs if isinstance(self.config, BrokerConfig) else NO_BUGS
 
     @property
     def _initial_delay_ms(self) -> int:
@@ -330,7 +338,8 @@ class GroupCoordinator:
             error = self.validate_member(group, member_id, group_instance_id)
             if error is not None:
                 return error
-            if generation_id != group.generation_id:
+            stale_ok = is_transactional and self.seeded_bugs.has(bugs.TXN_OFFSET_STALE_GENERATION_ACCEPTED)
+            if generation_id != group.generation_id and not stale_ok:
                 return ErrorCode.illegal_generation
         elif not is_transactional and not group.is_in(GroupState.EMPTY):
             return ErrorCode.unknown_member_id
@@ -860,6 +869,8 @@ class GroupCoordinator:
         """OffsetFetch for one group; `topics=None` asks for every committed partition."""
         group, _now = self._begin(group_id)
         exists = group is not None and not group.is_in(GroupState.DEAD)
+        require_stable = require_stable and not self.seeded_bugs.has(bugs.REQUIRE_STABLE_IGNORED)
+        missing = 0 if self.seeded_bugs.has(bugs.OFFSET_FETCH_MISSING_IS_ZERO) else INVALID_OFFSET
 
         def unstable(partition: int) -> PartitionOffset:
             return PartitionOffset(partition, INVALID_OFFSET, -1, NO_METADATA, ErrorCode.unstable_offset_commit)
@@ -885,7 +896,7 @@ class GroupCoordinator:
                 if require_stable and self.offsets.has_pending(group_id, topic, p):
                     rows.append(unstable(p))
                 elif value is None:
-                    rows.append(PartitionOffset(p, INVALID_OFFSET, -1, NO_METADATA))
+                    rows.append(PartitionOffset(p, missing, -1, NO_METADATA))
                 else:
                     rows.append(committed(value, p))
             out.append((topic, tuple(rows)))
@@ -929,19 +940,23 @@ class GroupCoordinator:
             return errors  # nothing to append: Kafka writes no record, checks no epoch
         key = (self.offsets_partition_for(group_id), int(producer_id))
         current = self._txn_producer_epochs.get(key)
-        if current is not None and int(producer_epoch) < current:
+        stale_epoch_ok = self.seeded_bugs.has(bugs.TXN_OFFSET_STALE_PRODUCER_EPOCH_ACCEPTED)
+        if current is not None and int(producer_epoch) < current and not stale_epoch_ok:
             # The append to the offsets partition fails on the producer's older epoch.
             return [ErrorCode.invalid_producer_epoch] * len(offsets)
         self._txn_producer_epochs[key] = int(producer_epoch)
         for entry, err in zip(offsets, errors):
             if err != ErrorCode.none:
                 continue
-            self.offsets.put_pending(group_id, producer_id, entry.topic, entry.partition, OffsetAndMetadata(
+            value = OffsetAndMetadata(
                 committed_offset=entry.offset,
                 leader_epoch=entry.leader_epoch if entry.leader_epoch >= 0 else None,
                 metadata=NO_METADATA if entry.metadata is None else entry.metadata,
                 commit_timestamp_ms=now,
-            ))
+            )
+            self.offsets.put_pending(group_id, producer_id, entry.topic, entry.partition, value)
+            if self.seeded_bugs.has(bugs.TXN_OFFSETS_VISIBLE_BEFORE_COMMIT):
+                self.offsets.put(group_id, entry.topic, entry.partition, value)
         return errors
 
     def complete_transactional_offsets(

@@ -32,6 +32,8 @@ from typing import Iterator, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from reference_impl.model import seeded_bugs as bugs
+from reference_impl.model.seeded_bugs import NO_BUGS, SeededBugs
 from reference_impl.protocol import records as rec
 from reference_impl.protocol.records import (
     BatchHeader,
@@ -106,6 +108,7 @@ class LogConfig:
     timestamp_after_max_ms: int = INT64_MAX  # message.timestamp.after.max.ms
     compression: str = "producer"  # compression.type: producer|uncompressed|gzip|snappy|lz4|zstd
     compacted: bool = False  # cleanup.policy contains "compact": keys are required
+    seeded_bugs: SeededBugs = NO_BUGS  # deliberate bugs (reference:bug=NAME; seeded_bugs.py)
 
     def target_compression(self, source: Compression) -> Compression:
         if self.compression == "producer":
@@ -303,9 +306,13 @@ class PartitionLog:
         """LSO: below every open transaction and never above the high watermark."""
         unstable = self.first_unstable_offset
         hw = self.high_watermark
+        if self.config.seeded_bugs.has(bugs.OPEN_TXN_NOT_HOLDING_LSO):
+            return hw
         return hw if unstable is None else min(unstable, hw)
 
     def fetch_upper_bound(self, isolation: IsolationLevel | int) -> int:
+        if self.config.seeded_bugs.has(bugs.READ_COMMITTED_READS_UNCOMMITTED):
+            return self.high_watermark
         return self.last_stable_offset if int(isolation) == IsolationLevel.READ_COMMITTED else self.high_watermark
 
     @property
@@ -343,7 +350,7 @@ class PartitionLog:
             raise RecordTooLargeError(
                 f"batch of {len(batch)} bytes exceeds max.message.bytes {self.config.max_message_bytes}"
             )
-        if not rec.check_crc(batch):
+        if not rec.check_crc(batch) and not self.config.seeded_bugs.has(bugs.CRC_NOT_CHECKED):
             raise CorruptRecordError(f"record batch for {self.name} is corrupt (CRC mismatch or too short)")
         header = rec.parse_batch_header(batch)
         if header.size_in_bytes != len(batch):
@@ -359,9 +366,16 @@ class PartitionLog:
         records = rec.decode_records(batch, header)
         self._validate_records(header, records, now_ms)
         if header.has_producer_id:
+            dup: DuplicateBatch | None = None
             try:
                 self.producer_state.validate(self, header, now_ms)
-            except DuplicateBatch as dup:
+            except DuplicateBatch as found:
+                # the seeded bug appends the retry a second time
+                dup = None if self.config.seeded_bugs.has(bugs.IDEMPOTENT_DUPLICATE_APPENDED) else found
+            except LogError as err:
+                if not self._seeded_accept(err):
+                    raise
+            if dup is not None:
                 return AppendResult(
                     base_offset=dup.base_offset,
                     last_offset=dup.last_offset,
@@ -405,6 +419,12 @@ class PartitionLog:
             max_timestamp=stored.max_timestamp,
             record_count=len(stored.record_offsets),
         )
+
+    def _seeded_accept(self, err: LogError) -> bool:
+        """Seeded bugs that append a batch the producer-state check refused."""
+        seeded = self.config.seeded_bugs
+        return (err.error_code == ErrorCode.out_of_order_sequence_number and seeded.has(bugs.OUT_OF_ORDER_SEQUENCE_ACCEPTED)) or (
+            err.error_code == ErrorCode.invalid_producer_epoch and seeded.has(bugs.FENCED_PRODUCE_EPOCH_ACCEPTED))
 
     def _validate_records(self, header: BatchHeader, records: tuple[rec.Record, ...], now_ms: int) -> None:
         errors: list[tuple[int, str]] = []
@@ -535,7 +555,8 @@ class PartitionLog:
     # -- reading ---------------------------------------------------------------------
 
     def check_fetch_offset(self, fetch_offset: int) -> None:
-        if fetch_offset < self._log_start_offset or fetch_offset > self._log_end_offset:
+        past_end_ok = self.config.seeded_bugs.has(bugs.FETCH_PAST_END_NO_ERROR)
+        if fetch_offset < self._log_start_offset or (fetch_offset > self._log_end_offset and not past_end_ok):
             raise OffsetOutOfRangeError(
                 f"offset {fetch_offset} is outside [{self._log_start_offset}, {self._log_end_offset}] of {self.name}"
             )
@@ -575,6 +596,8 @@ class PartitionLog:
         if int(isolation) == IsolationLevel.READ_COMMITTED:
             end = taken[-1].next_offset if taken else fetch_offset
             aborted = self.aborted_transactions(fetch_offset, end)
+            if self.config.seeded_bugs.has(bugs.ABORTED_TXNS_MISSING_FROM_FETCH):
+                aborted = ()
         return ReadResult(
             records=b"".join(b.data for b in taken),
             batches=tuple(taken),
@@ -614,6 +637,8 @@ class PartitionLog:
             last_fetchable = self._log_end_offset
         else:
             last_fetchable = self.fetch_upper_bound(isolation)
+        if self.config.seeded_bugs.has(bugs.LIST_OFFSETS_COMMITTED_RETURNS_HW):
+            last_fetchable = self.high_watermark
         if timestamp == LATEST_TIMESTAMP:
             return TimestampAndOffset(rec.NO_TIMESTAMP, last_fetchable, self.leader_epoch)
         if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):

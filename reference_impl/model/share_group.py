@@ -51,7 +51,10 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from kio.schema.errors import ErrorCode
 
+from reference_impl.model import seeded_bugs as bugs
+from reference_impl.model.broker_state import BrokerConfig
 from reference_impl.model.clock import Clock
+from reference_impl.model.seeded_bugs import NO_BUGS, SeededBugs
 from reference_impl.model.share_assignor import MemberSpec, SimpleAssignor
 from reference_impl.model.share_group_records import (
     VALID_PREVIOUS_STATES,
@@ -257,6 +260,11 @@ class ShareGroupCoordinator:
     def max_size(self) -> int:
         return self._broker_config("group_share_max_size")
 
+    @property
+    def seeded_bugs(self) -> SeededBugs:
+        """Deliberate bugs of a reference:bug=NAME broker (a mapping config has none)."""
+        return self.config.seeded_bugs if isinstance(self.config, BrokerConfig) else NO_BUGS
+
     # -- queries -------------------------------------------------------------------
 
     def group(self, group_id: str) -> ShareGroup | None:
@@ -452,9 +460,9 @@ class ShareGroupCoordinator:
             old = ShareGroupMember(member_id)  # epoch 0, previous epoch -1
         else:
             old = existing
-        if member_epoch > old.member_epoch or (
+        if (member_epoch > old.member_epoch or (
             member_epoch < old.member_epoch and member_epoch != old.previous_member_epoch
-        ):
+        )) and not self.seeded_bugs.has(bugs.SHARE_STALE_MEMBER_EPOCH_ACCEPTED):
             raise _Error(
                 ErrorCode.fenced_member_epoch,
                 f"The share group member has a {'greater' if member_epoch > old.member_epoch else 'smaller'} "
@@ -480,6 +488,7 @@ class ShareGroupCoordinator:
         if existing is None or _metadata_of(updated) != _metadata_of(old):
             records.append(member_metadata_record(group_id, updated))
         subscription_changed = set(updated.subscribed_topic_names) != set(old.subscribed_topic_names)
+        subscription_changed &= not self.seeded_bugs.has(bugs.SHARE_GROUP_EPOCH_NOT_BUMPED)
         bump = subscription_changed or (group is not None and self._initialized_assignment_pending(group))
 
         others = [m for m in (group.members.values() if group else ()) if m.member_id != member_id]

@@ -32,6 +32,7 @@ from typing import Iterable, Sequence
 
 from kio.schema.errors import ErrorCode
 
+from reference_impl.model import seeded_bugs as bugs
 from reference_impl.model import share_txn
 from reference_impl.model.partition_log import LATEST_TIMESTAMP, IsolationLevel, PartitionLog
 from reference_impl.model.share_partition_config import (
@@ -432,6 +433,8 @@ class SharePartition:
     def _advance(self) -> bool:
         """Move the SPSO over the leading Acknowledged/Archived ranges; never backwards."""
         moved = False
+        if self.config.seeded_bugs.has(bugs.SHARE_SPSO_FROZEN):
+            return moved
         while self._ranges and self._ranges[0].state.terminal:
             r = self._ranges.pop(0)
             self._spso = max(self._spso, r.last_offset + 1)
@@ -510,6 +513,8 @@ class SharePartition:
         iso = IsolationLevel(int(self.config.isolation_level if isolation is None else isolation))
         self.on_log_start_offset(log.log_start_offset)
         upper = log.fetch_upper_bound(iso)
+        if self.config.seeded_bugs.has(bugs.SHARE_READ_COMMITTED_PAST_LSO):
+            upper = log.high_watermark
         deadline = now_ms + self.config.lock_duration_ms
         limit = self.config.delivery_count_limit
         taken: list[InFlightRange] = []
@@ -529,7 +534,7 @@ class SharePartition:
         def take(r: InFlightRange) -> None:
             nonlocal count
             r.state = next_state(r.state, Event.ACQUIRE, r.delivery_count, limit)
-            r.delivery_count += 1
+            r.delivery_count = 1 if self.config.seeded_bugs.has(bugs.SHARE_DELIVERY_COUNT_FROZEN) else r.delivery_count + 1
             r.member_id = member_id
             r.lock_deadline_ms = deadline
             taken.append(r)
@@ -576,6 +581,8 @@ class SharePartition:
             # Offsets with no batch before the first one read (deleted/compacted away): never records.
             self._ranges.append(InFlightRange(self._speo, first_new - 1, S.ARCHIVED, 0))
         aborted = aborted_batch_spans(log, first_new, chosen[-1].last_offset) if iso == IsolationLevel.READ_COMMITTED else []
+        if self.config.seeded_bugs.has(bugs.SHARE_READ_COMMITTED_DELIVERS_ABORTED):
+            aborted = []
         aborted_firsts = {a for a, _ in aborted}
         cut = first_new + room - 1 if record_limit else None
         cursor = first_new
@@ -621,13 +628,16 @@ class SharePartition:
         beyond anything delivered; INVALID_RECORD_STATE for offsets not Acquired by this member
         (including ones whose lock already expired). Offsets below the SPSO are ignored.
         """
+        if self.config.seeded_bugs.has(bugs.SHARE_ACKS_NOT_APPLIED):
+            return AckResult()
         saved = ([dataclasses.replace(r) for r in self._ranges], self._spso, self._speo)
         try:
             for batch in batches:
                 first, last, types = _batch_fields(batch)
                 self._ack_one(member_id, first, last, types, now_ms)
         except _AckError as err:
-            self._ranges, self._spso, self._speo = saved
+            if not self.config.seeded_bugs.has(bugs.SHARE_ACKS_NOT_ATOMIC):
+                self._ranges, self._spso, self._speo = saved
             return AckResult(err.code, err.message)
         self._advance()
         return AckResult()
@@ -651,7 +661,7 @@ class SharePartition:
         # Runs of equal ack type.
         runs: list[tuple[int, int, int]] = []
         for off in range(lo, last + 1):
-            t = int(types[0] if len(types) == 1 else types[off - first])
+            t = self._seeded_ack_type(int(types[0] if len(types) == 1 else types[off - first]))
             if runs and runs[-1][2] == t and runs[-1][1] == off - 1:
                 runs[-1] = (runs[-1][0], off, t)
             else:
@@ -663,7 +673,7 @@ class SharePartition:
                         ErrorCode.invalid_record_state,
                         f"offsets {r.first_offset}..{r.last_offset} are {r.state.name}, not acquired",
                     )
-                if r.member_id != member_id:
+                if r.member_id != member_id and not self.config.seeded_bugs.has(bugs.SHARE_FOREIGN_ACK_ACCEPTED):
                     raise _AckError(
                         ErrorCode.invalid_record_state,
                         f"offsets {r.first_offset}..{r.last_offset} are acquired by another member",
@@ -671,9 +681,25 @@ class SharePartition:
                 if t == AcknowledgeType.RENEW:
                     r.lock_deadline_ms = now_ms + self.config.lock_duration_ms
                     continue
-                r.state = next_state(r.state, ACK_EVENTS[AcknowledgeType(t)], r.delivery_count, self.config.delivery_count_limit)
+                r.state = next_state(r.state, ACK_EVENTS[AcknowledgeType(t)], r.delivery_count, self._count_limit)
                 r.member_id = None
                 r.lock_deadline_ms = None
+
+    @property
+    def _count_limit(self) -> int:
+        """group.share.delivery.count.limit, or none at all with the seeded bug."""
+        if self.config.seeded_bugs.has(bugs.SHARE_DELIVERY_LIMIT_IGNORED):
+            return 2**31 - 1
+        return self.config.delivery_count_limit
+
+    def _seeded_ack_type(self, ack_type: int) -> int:
+        """Seeded bugs that confuse acknowledge types (REJECT as RELEASE, RELEASE as ACCEPT)."""
+        seeded = self.config.seeded_bugs
+        if ack_type == AcknowledgeType.REJECT and seeded.has(bugs.SHARE_REJECT_AS_RELEASE):
+            return int(AcknowledgeType.RELEASE)
+        if ack_type == AcknowledgeType.RELEASE and seeded.has(bugs.SHARE_RELEASE_AS_ACCEPT):
+            return int(AcknowledgeType.ACCEPT)
+        return ack_type
 
     # -- KIP-1289: acknowledgements inside a producer transaction --------------------------
 
@@ -772,10 +798,12 @@ class SharePartition:
         """Expire acquisition locks whose deadline has passed: Acquired -> Available (delivery
         count kept) or Archived at the delivery-count limit."""
         changes: list[StateChange] = []
+        if self.config.seeded_bugs.has(bugs.SHARE_LOCKS_NEVER_EXPIRE):
+            return changes
         for r in self._ranges:
             if r.state in (S.ACQUIRED, S.TX_PENDING) and r.lock_deadline_ms is not None and r.lock_deadline_ms <= now_ms:
                 self.txn_lock_expired += r.size if r.state is S.TX_PENDING else 0
-                r.state = next_state(r.state, Event.LOCK_EXPIRED, r.delivery_count, self.config.delivery_count_limit)
+                r.state = next_state(r.state, Event.LOCK_EXPIRED, r.delivery_count, self._count_limit)
                 r.member_id = None
                 r.lock_deadline_ms = None
                 r.txn = None
@@ -794,7 +822,7 @@ class SharePartition:
                     r.state = next_state(r.state, Event.MEMBER_RELEASED, r.delivery_count, self.config.delivery_count_limit)
                     r.delivery_count = max(0, r.delivery_count - 1)
                 else:
-                    r.state = next_state(r.state, Event.RELEASE, r.delivery_count, self.config.delivery_count_limit)
+                    r.state = next_state(r.state, Event.RELEASE, r.delivery_count, self._count_limit)
                 r.member_id = None
                 r.lock_deadline_ms = None
                 changes.append(StateChange(r.first_offset, r.last_offset, r.state, r.delivery_count))

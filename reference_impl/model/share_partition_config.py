@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from reference_impl.model.partition_log import IsolationLevel
+from reference_impl.model.seeded_bugs import NO_BUGS, SeededBugs
 
 # group.share.delivery.count.limit: default 5, valid [2, 10]. The KIP's state diagram calls it
 # group.share.delivery.attempt.limit (a name that never existed in the code).
@@ -118,6 +119,8 @@ class SharePartitionConfig:
     # their delivery count decremented (they were not actually delivered) and go back to
     # Available even at the limit. False = the KIP reading (count kept, limit applies).
     release_on_close_decrements_delivery_count: bool = True
+    # Deliberate bugs of the share-partition leader (reference:bug=NAME; seeded_bugs.py).
+    seeded_bugs: SeededBugs = NO_BUGS
 
     def __post_init__(self) -> None:
         self.auto_offset_reset = AutoOffsetReset.parse(self.auto_offset_reset)  # type: ignore[arg-type]

@@ -133,7 +133,9 @@ class SharePartitionManager:
     def sessions(self, node_id: int) -> ShareSessionCache:
         cache = self._caches.get(node_id)
         if cache is None:
-            cache = self._caches[node_id] = ShareSessionCache(self.max_share_sessions, eviction_ms=self.session_eviction_ms)
+            cache = self._caches[node_id] = ShareSessionCache(
+                self.max_share_sessions, eviction_ms=self.session_eviction_ms, seeded_bugs=self.config.seeded_bugs
+            )
         return cache
 
     def release_connection(self, connection_id: Hashable) -> list[ShareSession]:

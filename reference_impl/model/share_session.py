@@ -46,6 +46,9 @@ from typing import Any, Hashable, Iterable
 
 from kio.schema.errors import ErrorCode
 
+from reference_impl.model import seeded_bugs as bugs
+from reference_impl.model.seeded_bugs import NO_BUGS, SeededBugs
+
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 MAX_EPOCH = 2**31 - 1
@@ -124,13 +127,14 @@ class ShareSessionCache:
 
     def __init__(
         self, max_entries: int = DEFAULT_MAX_SHARE_SESSIONS, *, eviction_ms: int | None = None,
-        kip_final_epoch_checks: bool = False,
+        kip_final_epoch_checks: bool = False, seeded_bugs: SeededBugs = NO_BUGS,
     ) -> None:
         if max_entries < 0:
             raise ValueError("group.share.max.share.sessions must be >= 0")
         self.max_entries = max_entries
         self.eviction_ms = eviction_ms
         self.kip_final_epoch_checks = kip_final_epoch_checks
+        self.seeded_bugs = seeded_bugs  # reference:bug=NAME (seeded_bugs.py)
         self._sessions: dict[ShareSessionKey, ShareSession] = {}
         self._by_connection: dict[Hashable, ShareSessionKey] = {}
         self.evictions = 0
@@ -221,7 +225,7 @@ class ShareSessionCache:
                 raise ShareSessionError(ErrorCode.share_session_not_found, f"No share session for {member_id}.")
             return FetchContext("final", session)
         if epoch == INITIAL_EPOCH:
-            if has_acknowledgements:
+            if has_acknowledgements and not self.seeded_bugs.has(bugs.SHARE_INITIAL_FETCH_ACKS_ACCEPTED):
                 raise ShareSessionError(ErrorCode.invalid_request, "An initial ShareFetch cannot carry acknowledgements.")
             replaced = self._sessions.pop(key, None)
             session = self.maybe_create(group_id, member_id, partitions, connection_id, now_ms)
@@ -233,7 +237,7 @@ class ShareSessionCache:
         session = self._sessions.get(key)
         if session is None:
             raise ShareSessionError(ErrorCode.share_session_not_found, f"No share session for {member_id}.")
-        if session.epoch != epoch:
+        if session.epoch != epoch and not self.seeded_bugs.has(bugs.SHARE_SESSION_EPOCH_UNCHECKED):
             raise ShareSessionError(
                 ErrorCode.invalid_share_session_epoch, f"Expected share session epoch {session.epoch}, got {epoch}."
             )
@@ -252,7 +256,7 @@ class ShareSessionCache:
             raise ShareSessionError(ErrorCode.share_session_not_found, f"No share session for {member_id}.")
         if epoch == FINAL_EPOCH:
             return session
-        if session.epoch != epoch:
+        if session.epoch != epoch and not self.seeded_bugs.has(bugs.SHARE_SESSION_EPOCH_UNCHECKED):
             raise ShareSessionError(
                 ErrorCode.invalid_share_session_epoch, f"Expected share session epoch {session.epoch}, got {epoch}."
             )

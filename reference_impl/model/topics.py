@@ -566,6 +566,7 @@ class TopicRegistry:
         self._created += 1
         topic = Topic(name, self._new_topic_id(name), configs, self.clock.now_ms())
         log_config = log_config_from(configs)
+        log_config.seeded_bugs = self.config.seeded_bugs  # reference:bug=NAME (seeded_bugs.py)
         for index, replicas in enumerate(assignments):
             isr = tuple(r for r in replicas if r in self._alive)
             leader = isr[0] if isr else -1

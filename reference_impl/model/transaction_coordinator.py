@@ -51,6 +51,8 @@ from kio.schema.errors import ErrorCode
 from reference_impl.model.clock import Clock
 from reference_impl.model.partition_log import LogError
 from reference_impl.model.producer_ids import ProducerIdManager, ProducerIdsExhausted
+from reference_impl.model import seeded_bugs as bugs
+from reference_impl.model.seeded_bugs import NO_BUGS, SeededBugs
 from reference_impl.model.transaction_log import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
@@ -118,6 +120,8 @@ class TransactionConfig:
     # an ABORT marker there for a committing transaction, so the commit lands on only
     # some partitions (breaks KIP-98.TXN.001). Never set by any target spec.
     broken_abort_markers_on_down_replica: bool = False
+    # Deliberate bugs (reference:bug=NAME; seeded_bugs.py).
+    seeded_bugs: SeededBugs = NO_BUGS
 
 
 @dataclass(frozen=True, slots=True)
@@ -440,6 +444,8 @@ class TransactionCoordinator:
                 )
             else:
                 bumped = current.producer_epoch + 1
+                if self.txn_config.seeded_bugs.has(bugs.INIT_PRODUCER_ID_EPOCH_NOT_BUMPED) and current.producer_epoch >= 0:
+                    bumped = current.producer_epoch
                 if expected is None:
                     epoch, last = bumped, NO_PRODUCER_EPOCH
                 elif current.producer_epoch == NO_PRODUCER_EPOCH or expected[1] == current.producer_epoch:
@@ -850,6 +856,8 @@ class TransactionCoordinator:
                 continue  # no live leader yet: retried on a later tick
             else:
                 control = ControlType.COMMIT if committed else ControlType.ABORT
+                if self.txn_config.seeded_bugs.has(bugs.ABORT_MARKER_WRITTEN_AS_COMMIT):
+                    control = ControlType.COMMIT
             # A real coordinator sends WriteTxnMarkers to the partition leader; the model
             # appends the control batch to the (single-copy) partition log itself.
             try:
@@ -899,7 +907,9 @@ class TransactionCoordinator:
         """Abort (with an epoch bump, fencing the producer) every transaction open for
         longer than its timeout. Returns the aborted transactional ids."""
         now = self._now(now_ms)
-        aborted = []
+        aborted: list[str] = []
+        if self.txn_config.seeded_bugs.has(bugs.TXN_TIMEOUT_NEVER_ABORTS):
+            return aborted
         for tid in self.timed_out_transactions(now):
             current = self._cache[tid]
             if self._in_flight(current) or self.is_loading(tid, now):

@@ -19,6 +19,7 @@ import time
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from kio.schema.errors import ErrorCode
 
 from conformance import client_ops, wire_ops
 from conformance.suites.kip447 import (
@@ -361,3 +362,34 @@ def test_kip447_versions_advertised(target):
     if toc is None or of is None or toc < 3 or of < 7:
         raise NotSupportedByTarget(f"TxnOffsetCommit max v{toc}, OffsetFetch max v{of}: KIP-447 needs v3+ / v7+")
     assert caps.max_version(ApiKey.ADD_OFFSETS_TO_TXN) is not None and caps.max_version(ApiKey.INIT_PRODUCER_ID) is not None
+
+
+def stale_producer_epoch_scenario(target, ids):
+    """Instance A opens a transaction with offsets; instance B initialises the same
+    transactional id (epoch bump, A fenced); A's next TxnOffsetCommit carries the old epoch."""
+    topic, group, tid = ids.topic(), ids.group(), ids.transactional_id()
+    client_ops.create_topic(target, topic)
+    with wire_ops.cluster_client(target) as cc:
+        coord = group_coordinator(cc, group, topic)
+        a = RawTxn(cc, tid)
+        a.init()
+        a.add_offsets(group)
+        _, first = a.txn_offset_commit(group, topic, {0: 5})
+        b = RawTxn(cc, tid)
+        b_init = b.init()
+        _, stale = a.txn_offset_commit(group, topic, {0: 9})
+        after = _stable_offset(coord, group, topic, 0)
+    return {"first": first[0], "b_init": b_init, "epoch_bumped": b.producer_epoch > a.producer_epoch,
+            "stale": stale[0], "after": after}
+
+
+@pytest.mark.requirement("KIP-98.TXNOFF.002")
+def test_txn_offset_commit_from_a_fenced_producer_epoch_is_refused(target, differential):
+    """Issue 14: no test sent TxnOffsetCommit with an outdated producer epoch. After the
+    transactional id is initialised again, the old instance's commit is refused for its
+    partition (INVALID_PRODUCER_EPOCH, or PRODUCER_FENCED on newer versions) and stores nothing."""
+    require_txn_offset_commit_v3(target)
+    obs = differential.run(stale_producer_epoch_scenario).target
+    assert obs["first"] == 0 and obs["b_init"] == 0 and obs["epoch_bumped"], obs
+    assert obs["stale"] in (int(ErrorCode.invalid_producer_epoch), int(ErrorCode.producer_fenced)), obs
+    assert obs["after"] == [-1, 0], "a fenced producer's offsets became visible"

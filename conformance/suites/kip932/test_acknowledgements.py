@@ -187,6 +187,29 @@ def test_piggybacked_acknowledgement_then_new_records(sp):
     assert delivery_counts(resp) == {o: 1 for o in range(base + 10, base + 20)}
 
 
+@pytest.mark.requirement("KIP-932.FETCH.004", "KIP-932.STATE.006")
+def test_piggybacked_release_is_applied_before_the_fetch(sp):
+    """Issue 14: the ordering must be observable. A holds 0..9 and nothing else is in the
+    log; one ShareFetch releasing 0..9 must acquire them again in its own response (count
+    2). Fetching first would find nothing acquirable and answer empty after MaxWaitMs."""
+    a, _, base = holding(sp)
+    resp = a.fetch([sp.key()], acks={sp.key(): [(base, base + 9, [RELEASE])]}, max_wait_ms=3000)
+    assert resp.error_code == E.none and partition_data(resp, sp.tid).acknowledge_error_code == 0
+    assert delivery_counts(resp) == {o: 2 for o in range(base, base + 10)}
+
+
+@pytest.mark.requirement("KIP-932.FETCH.004", "KIP-932.STATE.008")
+def test_piggybacked_reject_and_release_then_fetch(sp):
+    """The same ordering with mixed types: one ShareFetch rejecting 0..4 and releasing 5..9
+    acquires exactly 5..9 again (count 2) in its own response; the rejected ones never."""
+    a, _, base = holding(sp)
+    acks = {sp.key(): [(base, base + 4, [REJECT]), (base + 5, base + 9, [RELEASE])]}
+    resp = a.fetch([sp.key()], acks=acks, max_wait_ms=3000)
+    assert resp.error_code == E.none and partition_data(resp, sp.tid).acknowledge_error_code == 0
+    assert delivery_counts(resp) == {o: 2 for o in range(base + 5, base + 10)}
+    assert nothing_for(a, sp) == {}
+
+
 @pytest.mark.requirement("KIP-932.STATE.003", "KIP-932.STATE.006")
 def test_closing_the_session_releases_its_records(sp, record_property):
     """A's final ShareAcknowledge (epoch -1) closes its session and releases what it holds;

@@ -22,7 +22,7 @@ import pytest
 
 from conformance import client_ops, share_ops, wire_ops
 from conformance.share_ops import (
-    ACCEPT, E, SHARE_ACKNOWLEDGE, SHARE_FETCH, SHARE_GROUP_HEARTBEAT, ack_codes, acquired, delivery_counts,
+    ACCEPT, RELEASE, E, SHARE_ACKNOWLEDGE, SHARE_FETCH, SHARE_GROUP_HEARTBEAT, ack_codes, acquired, delivery_counts,
     offsets, partition_data, share_ack, share_fetch,
 )
 from conformance.suites import require_api, require_feature
@@ -170,6 +170,20 @@ def test_epoch_zero_opens_and_incremental_fetch_serves_the_session(target, uniqu
             extra, epoch = share_ops.fetch_until(node, s.group, s.member, epoch, [], 5 - sum(l - f + 1 for f, l, _ in more))
             more += extra
         assert sorted(counts_of(more)) == list(range(10, 15)), more
+
+
+@pytest.mark.requirement("KIP-932.FETCH.004")
+def test_incremental_fetch_releasing_everything_reacquires_it(target, unique):
+    """Issue 14: acknowledgements before the fetch, on an incremental session request with no
+    partitions listed. The session holds 0..9 and the log has nothing more: releasing 0..9
+    in the next ShareFetch acquires them again in that very response (count 2)."""
+    with share_setup(target, unique) as s:
+        node = s.leader()
+        _, epoch = open_and_acquire(s, node, s.member, 10)
+        resp = share_fetch(node, s.group, s.member, epoch, [], acks={s.part(): [(0, 9, [RELEASE])]}, max_wait_ms=3000)
+        assert resp.error_code == E.none, resp
+        assert partition_data(resp, s.tid).acknowledge_error_code == E.none
+        assert counts_of(list(acquired(resp))) == {o: 2 for o in range(10)}, acquired(resp)
 
 
 @pytest.mark.requirement("KIP-932.SESSION.002")

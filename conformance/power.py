@@ -1,0 +1,186 @@
+"""Suite power: does the conformance suite catch each seeded reference bug? (issue 14, item 6)
+
+For every bug in reference_impl/model/seeded_bugs.py, one pytest subprocess runs the
+conformance tests tagged with any of the bug's catalog ids (``-p conformance.power_select
+--requirement-ids ...``) against ``reference:bug=NAME``. The bug is caught when at least one
+of them fails (verdict fail or error in the kipcheck result rows); a bug no test catches is a
+failure of the suite, exit 1. The differential reference stays the plain ``reference``
+(TargetPool.reference_for), so only the broker under test is broken.
+
+  python -m conformance.power [--bugs A,B] [-n 2] [--out power.json] [-k EXPR] [PATHS...]
+
+The JSON table (``power.json``) is what reports/power.py and docs/suite-power.md show.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from reference_impl.model.seeded_bugs import BUGS, BY_NAME, SeededBug
+
+DEFAULT_PATHS = ("conformance/suites",)
+CAUGHT_VERDICTS = ("fail", "error")
+RAN_VERDICTS = ("pass", "fail", "error")
+DEFAULT_BUG_TIMEOUT_S = 1800.0
+EXIT_MISSED = 1
+EXIT_USAGE = 2
+
+
+@dataclass
+class BugResult:
+    """One row of the power table."""
+
+    name: str
+    kip: str
+    requirement_ids: list[str]
+    description: str
+    tests_run: int = 0
+    tests_failed: int = 0
+    catching_tests: list[str] = field(default_factory=list)
+    not_run: int = 0  # skipped / not_supported
+    seconds: float = 0.0
+    error: str | None = None  # the pytest run itself broke (timeout, usage error)
+
+    @property
+    def caught(self) -> bool:
+        """A failing test is a catch even when the run was cut short (error says why)."""
+        return self.tests_failed > 0
+
+
+def pytest_command(bug: SeededBug, paths: Sequence[str], results_dir: Path, workers: int, keyword: str | None) -> list[str]:
+    cmd = [
+        sys.executable, "-m", "pytest", *paths,
+        "-p", "conformance.power_select", "--requirement-ids", ",".join(bug.requirement_ids),
+        "--target", f"reference:bug={bug.name}", "--kipcheck-results", str(results_dir),
+        "-q", "-p", "no:cacheprovider", "--no-header", "-rN", "-n", str(workers),
+    ]
+    if keyword:
+        cmd += ["-k", keyword]
+    return cmd
+
+
+def read_rows(results_dir: Path) -> list[dict]:
+    rows = []
+    for path in sorted(results_dir.glob("results-*.jsonl")):
+        for line in path.read_text().splitlines():
+            if line.strip():
+                rows.append(json.loads(line))
+    return rows
+
+
+def tally(bug: SeededBug, rows: list[dict]) -> BugResult:
+    """The table row of one bug from its run's kipcheck result rows."""
+    result = BugResult(bug.name, bug.kip, list(bug.requirement_ids), bug.description)
+    for row in rows:
+        verdict = row.get("verdict")
+        if verdict in RAN_VERDICTS:
+            result.tests_run += 1
+        else:
+            result.not_run += 1
+        if verdict in CAUGHT_VERDICTS:
+            result.tests_failed += 1
+            result.catching_tests.append(str(row.get("nodeid")))
+    result.catching_tests.sort()
+    return result
+
+
+def run_bug(
+    bug: SeededBug, *, paths: Sequence[str] = DEFAULT_PATHS, workers: int = 2, keyword: str | None = None,
+    timeout_s: float = DEFAULT_BUG_TIMEOUT_S, cwd: Path | None = None,
+) -> BugResult:
+    """Run the bug's tagged tests on reference:bug=NAME; never raises for a failing suite."""
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=f"kipcheck-power-{bug.name}-") as tmp:
+        results = Path(tmp)
+        cmd = pytest_command(bug, paths, results, workers, keyword)
+        error = None
+        try:
+            proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout_s, env=os.environ.copy())
+            if proc.returncode not in (0, 1):  # 5: nothing collected; 2-4: usage/internal errors
+                tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
+                error = f"pytest exit {proc.returncode}: {' | '.join(tail)}"
+        except subprocess.TimeoutExpired:
+            error = f"did not finish within {timeout_s:g} s"
+        result = tally(bug, read_rows(results))
+    result.error = error
+    result.seconds = round(time.monotonic() - t0, 1)
+    return result
+
+
+def table(results: list[BugResult], runtime_s: float) -> dict:
+    rows = []
+    for r in results:
+        row = asdict(r)
+        row["caught"] = r.caught
+        rows.append(row)
+    return {
+        "seeded": len(results),
+        "caught": sum(r.caught for r in results),
+        "missed": [r.name for r in results if not r.caught],
+        "runtime_s": round(runtime_s, 1),
+        "bugs": rows,
+    }
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """Options of `kipcheck power` and `python -m conformance.power`."""
+    ap.add_argument("paths", nargs="*", default=list(DEFAULT_PATHS), help="test paths (default: conformance/suites)")
+    ap.add_argument("--bugs", default=None, help="comma-separated bug names (default: all)")
+    ap.add_argument("-n", "--workers", type=int, default=2, help="pytest-xdist workers per bug run (default 2)")
+    ap.add_argument("-k", dest="keyword", default=None, help="pytest -k expression applied to every bug run")
+    ap.add_argument("--out", default="power.json", help="where to write the JSON table (default power.json)")
+    ap.add_argument("--timeout", type=float, default=DEFAULT_BUG_TIMEOUT_S, help="seconds per bug run")
+
+
+def select_bugs(text: str | None) -> list[SeededBug]:
+    if not text:
+        return list(BUGS)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown or not names:
+        raise ValueError(f"unknown seeded bug(s) {', '.join(unknown) or '(none given)'}; known: {', '.join(sorted(BY_NAME))}")
+    return [BY_NAME[n] for n in names]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m conformance.power", description=__doc__.splitlines()[0])
+    add_arguments(ap)
+    return run(ap.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """The power matrix; exit 0 when every selected bug is caught, 1 when one is missed."""
+    try:
+        bugs = select_bugs(args.bugs)
+        if args.workers < 0 or args.timeout <= 0:
+            raise ValueError("-n must be >= 0 and --timeout positive")
+    except ValueError as exc:
+        print(f"kipcheck: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    results = []
+    for bug in bugs:
+        r = run_bug(bug, paths=args.paths, workers=args.workers, keyword=args.keyword, timeout_s=args.timeout)
+        results.append(r)
+        mark = "caught" if r.caught else "MISSED"
+        print(f"{bug.name}: {mark} ({r.tests_failed}/{r.tests_run} failed, {r.seconds} s){' ' + r.error if r.error else ''}",
+              flush=True)
+        Path(args.out).write_text(json.dumps(table(results, time.monotonic() - t0), indent=2) + "\n")
+    out = table(results, time.monotonic() - t0)
+    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    print(f"suite power: {out['caught']}/{out['seeded']} seeded bugs caught in {out['runtime_s']} s; table: {args.out}")
+    return 0 if not out["missed"] else EXIT_MISSED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

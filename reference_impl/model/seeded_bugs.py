@@ -1,0 +1,175 @@
+"""Deliberate, documented bugs the reference broker can be started with (issue 14, item 6).
+
+A conformance suite is only evidence if it can fail. `reference:bug=NAME[,NAME]` starts a
+reference broker with the named semantic violations switched on; `conformance.power` runs
+the tests tagged with each bug's catalog ids against it and demands that at least one fails
+(mutation testing at the level of protocol semantics, in the spirit of Jepsen's
+deliberately broken databases).
+
+Each bug is one `if bugs.has(NAME)` at the exact decision point of the model (or, for the
+ShareFetch acknowledge/fetch order, of the handler that owns that order). The registry is
+pure data; `SeededBugs` is the typed set carried by BrokerConfig and the per-aggregate
+config objects (SharePartitionConfig, TransactionConfig, LogConfig). An empty set is the
+plain reference: no hook fires.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class SeededBug:
+    """One deliberate violation: its spec name, the catalog ids it breaks, what it does."""
+
+    name: str
+    requirement_ids: tuple[str, ...]
+    description: str
+    kip: str
+
+
+def _bug(name: str, kip: str, ids: tuple[str, ...], description: str) -> SeededBug:
+    return SeededBug(name, ids, description, kip)
+
+
+# -- KIP-932: share-partition leader ---------------------------------------------------------------
+SHARE_ACKS_NOT_APPLIED = "share-acks-not-applied"
+SHARE_ACKS_AFTER_FETCH = "share-acks-after-fetch"
+SHARE_DELIVERY_COUNT_FROZEN = "share-delivery-count-frozen"
+SHARE_LOCKS_NEVER_EXPIRE = "share-locks-never-expire"
+SHARE_REJECT_AS_RELEASE = "share-reject-as-release"
+SHARE_RELEASE_AS_ACCEPT = "share-release-as-accept"
+SHARE_DELIVERY_LIMIT_IGNORED = "share-delivery-limit-ignored"
+SHARE_SPSO_FROZEN = "share-spso-frozen"
+SHARE_FOREIGN_ACK_ACCEPTED = "share-foreign-ack-accepted"
+SHARE_ACKS_NOT_ATOMIC = "share-acks-not-atomic"
+SHARE_READ_COMMITTED_DELIVERS_ABORTED = "share-read-committed-delivers-aborted"
+SHARE_READ_COMMITTED_PAST_LSO = "share-read-committed-past-lso"
+# -- KIP-932: share sessions and the share group coordinator ----------------------------------------
+SHARE_SESSION_EPOCH_UNCHECKED = "share-session-epoch-unchecked"
+SHARE_INITIAL_FETCH_ACKS_ACCEPTED = "share-initial-fetch-acks-accepted"
+SHARE_STALE_MEMBER_EPOCH_ACCEPTED = "share-stale-member-epoch-accepted"
+SHARE_GROUP_EPOCH_NOT_BUMPED = "share-group-epoch-not-bumped"
+# -- KIP-98: partition leader --------------------------------------------------------------------
+IDEMPOTENT_DUPLICATE_APPENDED = "idempotent-duplicate-appended"
+OUT_OF_ORDER_SEQUENCE_ACCEPTED = "out-of-order-sequence-accepted"
+FENCED_PRODUCE_EPOCH_ACCEPTED = "fenced-produce-epoch-accepted"
+OPEN_TXN_NOT_HOLDING_LSO = "open-txn-not-holding-lso"
+READ_COMMITTED_READS_UNCOMMITTED = "read-committed-reads-uncommitted"
+ABORTED_TXNS_MISSING_FROM_FETCH = "aborted-txns-missing-from-fetch"
+LIST_OFFSETS_COMMITTED_RETURNS_HW = "list-offsets-committed-returns-hw"
+# -- KIP-98: transaction coordinator -------------------------------------------------------------
+ABORT_MARKER_WRITTEN_AS_COMMIT = "abort-marker-written-as-commit"
+INIT_PRODUCER_ID_EPOCH_NOT_BUMPED = "init-producer-id-epoch-not-bumped"
+TXN_TIMEOUT_NEVER_ABORTS = "txn-timeout-never-aborts"
+# -- KIP-98 / KIP-447: group coordinator ---------------------------------------------------------
+TXN_OFFSETS_VISIBLE_BEFORE_COMMIT = "txn-offsets-visible-before-commit"
+TXN_OFFSET_STALE_PRODUCER_EPOCH_ACCEPTED = "txn-offset-stale-producer-epoch-accepted"
+TXN_OFFSET_STALE_GENERATION_ACCEPTED = "txn-offset-stale-generation-accepted"
+REQUIRE_STABLE_IGNORED = "require-stable-ignored"
+# -- protocol ------------------------------------------------------------------------------------
+OFFSET_FETCH_MISSING_IS_ZERO = "offset-fetch-missing-is-zero"
+FETCH_PAST_END_NO_ERROR = "fetch-past-end-no-error"
+CRC_NOT_CHECKED = "crc-not-checked"
+
+BUGS: tuple[SeededBug, ...] = (
+    _bug(SHARE_ACKS_NOT_APPLIED, "KIP-932",
+         ("KIP-932.STATE.005", "KIP-932.STATE.006", "KIP-932.STATE.008", "KIP-932.FETCH.004", "KIP-932.SESSION.011"),
+         "ShareFetch/ShareAcknowledge acknowledgements are answered with success but never change a record's state"),
+    _bug(SHARE_ACKS_AFTER_FETCH, "KIP-932", ("KIP-932.FETCH.004",),
+         "acknowledgements piggy-backed on a ShareFetch are applied after its fetch instead of before"),
+    _bug(SHARE_DELIVERY_COUNT_FROZEN, "KIP-932",
+         ("KIP-932.DELIVERY.001", "KIP-932.DELIVERY.003", "KIP-932.STATE.007"),
+         "every acquisition sets the delivery count to 1 instead of incrementing it"),
+    _bug(SHARE_LOCKS_NEVER_EXPIRE, "KIP-932", ("KIP-932.LOCK.001",),
+         "acquisition locks never expire: an unacknowledged record stays Acquired forever"),
+    _bug(SHARE_REJECT_AS_RELEASE, "KIP-932", ("KIP-932.STATE.008",),
+         "REJECT makes the record Available again (as RELEASE) instead of archiving it"),
+    _bug(SHARE_RELEASE_AS_ACCEPT, "KIP-932", ("KIP-932.STATE.006",),
+         "RELEASE acknowledges the record (as ACCEPT) instead of making it Available"),
+    _bug(SHARE_DELIVERY_LIMIT_IGNORED, "KIP-932", ("KIP-932.STATE.007", "KIP-932.DELIVERY.001"),
+         "the delivery count limit is never enforced: released or expired records are always redelivered"),
+    _bug(SHARE_SPSO_FROZEN, "KIP-932", ("KIP-932.STATE.010", "KIP-932.STATE.009"),
+         "the share-partition start offset never advances past acknowledged records"),
+    _bug(SHARE_FOREIGN_ACK_ACCEPTED, "KIP-932", ("KIP-932.ACK.002",),
+         "a member may acknowledge records acquired by another member"),
+    _bug(SHARE_ACKS_NOT_ATOMIC, "KIP-932", ("KIP-932.ACK.003",),
+         "a partition's acknowledgement batches before a failing one stay applied (no all-or-nothing)"),
+    _bug(SHARE_READ_COMMITTED_DELIVERS_ABORTED, "KIP-932", ("KIP-932.TXN.003",),
+         "a read_committed share group delivers records of aborted transactions"),
+    _bug(SHARE_READ_COMMITTED_PAST_LSO, "KIP-932", ("KIP-932.TXN.004",),
+         "a read_committed share group acquires records past the LSO (open transactions)"),
+    _bug(SHARE_SESSION_EPOCH_UNCHECKED, "KIP-932", ("KIP-932.SESSION.005",),
+         "an incremental ShareFetch/ShareAcknowledge with the wrong session epoch is served"),
+    _bug(SHARE_INITIAL_FETCH_ACKS_ACCEPTED, "KIP-932", ("KIP-932.SESSION.002",),
+         "a session-opening ShareFetch (epoch 0) carrying acknowledgements is accepted"),
+    _bug(SHARE_STALE_MEMBER_EPOCH_ACCEPTED, "KIP-932", ("KIP-932.HB.007",),
+         "ShareGroupHeartbeat accepts a member epoch the member never had (no FENCED_MEMBER_EPOCH)"),
+    _bug(SHARE_GROUP_EPOCH_NOT_BUMPED, "KIP-932", ("KIP-932.EPOCH.001", "KIP-932.EPOCH.002"),
+         "the share group epoch does not increase on a subscription change"),
+    _bug(IDEMPOTENT_DUPLICATE_APPENDED, "KIP-98", ("KIP-98.IDEMP.004", "KIP-98.IDEMP.006"),
+         "a retried idempotent batch (same producer, epoch and sequences) is appended a second time"),
+    _bug(OUT_OF_ORDER_SEQUENCE_ACCEPTED, "KIP-98", ("KIP-98.IDEMP.005", "KIP-98.IDEMP.003"),
+         "a batch whose sequence skips ahead is appended instead of OUT_OF_ORDER_SEQUENCE_NUMBER"),
+    _bug(FENCED_PRODUCE_EPOCH_ACCEPTED, "KIP-98", ("KIP-98.FENCE.003",),
+         "Produce with a producer epoch older than the partition's current one is appended"),
+    _bug(OPEN_TXN_NOT_HOLDING_LSO, "KIP-98", ("KIP-98.LSO.001", "KIP-98.LSO.002", "KIP-98.LSO.003"),
+         "open transactions do not hold the last stable offset: the LSO is the high watermark"),
+    _bug(READ_COMMITTED_READS_UNCOMMITTED, "KIP-98", ("KIP-98.LSO.002", "KIP-98.FETCH.003"),
+         "read_committed fetches are served up to the high watermark, as read_uncommitted"),
+    _bug(ABORTED_TXNS_MISSING_FROM_FETCH, "KIP-98", ("KIP-98.FETCH.002", "KIP-98.FETCH.003"),
+         "read_committed fetch responses carry no aborted transactions"),
+    _bug(LIST_OFFSETS_COMMITTED_RETURNS_HW, "KIP-98", ("KIP-98.LSO.004",),
+         "ListOffsets latest at read_committed answers the high watermark instead of the LSO"),
+    _bug(ABORT_MARKER_WRITTEN_AS_COMMIT, "KIP-98", ("KIP-98.MARKER.001", "KIP-98.TXN.003", "KIP-98.ENDTXN.001"),
+         "the coordinator writes COMMIT markers for aborted transactions"),
+    _bug(INIT_PRODUCER_ID_EPOCH_NOT_BUMPED, "KIP-98", ("KIP-98.INIT.001", "KIP-98.FENCE.001"),
+         "InitProducerId for a known transactional id keeps the producer epoch (no fencing)"),
+    _bug(TXN_TIMEOUT_NEVER_ABORTS, "KIP-98", ("KIP-98.TIMEOUT.001",),
+         "transactions past their timeout are never aborted by the coordinator"),
+    _bug(TXN_OFFSETS_VISIBLE_BEFORE_COMMIT, "KIP-98", ("KIP-98.TXNOFF.001", "KIP-98.TXN.002"),
+         "TxnOffsetCommit offsets become committed at once, before the transaction's marker"),
+    _bug(TXN_OFFSET_STALE_PRODUCER_EPOCH_ACCEPTED, "KIP-98", ("KIP-98.TXNOFF.002",),
+         "TxnOffsetCommit from an older producer epoch is stored"),
+    _bug(TXN_OFFSET_STALE_GENERATION_ACCEPTED, "KIP-447", ("KIP-447.FENCE.002",),
+         "TxnOffsetCommit with a stale group generation is accepted (no zombie fencing)"),
+    _bug(REQUIRE_STABLE_IGNORED, "KIP-447", ("KIP-447.FETCH.001",),
+         "OffsetFetch with require_stable returns offsets while transactional offsets are pending"),
+    _bug(OFFSET_FETCH_MISSING_IS_ZERO, "protocol", ("PROTO.GROUP.002",),
+         "OffsetFetch answers 0 instead of -1 for a partition without a committed offset"),
+    _bug(FETCH_PAST_END_NO_ERROR, "protocol", ("PROTO.FETCH.002",),
+         "Fetch beyond the log end offset answers no records instead of OFFSET_OUT_OF_RANGE"),
+    _bug(CRC_NOT_CHECKED, "protocol", ("PROTO.BAD.001",),
+         "a produced batch with a wrong CRC is appended instead of CORRUPT_MESSAGE"),
+)
+
+BY_NAME: dict[str, SeededBug] = {b.name: b for b in BUGS}
+
+
+@dataclass(frozen=True, slots=True)
+class SeededBugs:
+    """The set of seeded bugs one broker runs with (empty: the plain reference)."""
+
+    names: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        unknown = sorted(self.names - BY_NAME.keys())
+        if unknown:
+            raise ValueError(f"unknown seeded bug(s) {', '.join(unknown)}; known: {', '.join(sorted(BY_NAME))}")
+
+    @classmethod
+    def parse(cls, text: str | None) -> "SeededBugs":
+        """`NAME[,NAME...]` as written after `bug=` in a target spec (None/empty: no bug)."""
+        names = frozenset(n.strip() for n in (text or "").split(",") if n.strip())
+        if text is not None and not names:
+            raise ValueError(f"bug= needs at least one name; known: {', '.join(sorted(BY_NAME))}")
+        return cls(names)
+
+    def has(self, name: str) -> bool:
+        return name in self.names
+
+    def __bool__(self) -> bool:
+        return bool(self.names)
+
+
+NO_BUGS = SeededBugs()
