@@ -50,13 +50,14 @@ def _java() -> str | None:
 
 def _kfake() -> str | None:
     """kfake runs a Go program: built already, or a Go toolchain to build it."""
-    from fixtures.kfake.build import KfakeBuildError, binary_path, go_toolchain
+    from fixtures.go_build import GoBuildError
+    from fixtures.kfake.build import binary_path, go_toolchain
 
     if binary_path().exists():
         return None
     try:
         go_toolchain()
-    except KfakeBuildError as exc:
+    except GoBuildError as exc:
         return str(exc)
     return None
 

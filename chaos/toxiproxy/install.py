@@ -9,51 +9,30 @@ release instead of ``"git"``.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
+
+from fixtures.go_build import GoBuildError, built_once, cache_root, go_toolchain, run_go
 
 VERSION = "2.12.0"
 MODULE = "github.com/Shopify/toxiproxy/v2"
 BUILD_TIMEOUT_S = 900.0
 
 
-class ToxiproxyInstallError(RuntimeError):
-    """Go is missing or the build failed; the message carries go's output."""
-
-
 def cache_dir() -> Path:
-    base = os.environ.get("KIPCHECK_CACHE") or str(Path.home() / ".cache" / "kipcheck")
-    return Path(base) / "toxiproxy"
+    return cache_root() / "toxiproxy"
 
 
 def server_path() -> Path:
     return cache_dir() / f"v{VERSION}" / "toxiproxy-server"
 
 
-def _go() -> str:
-    go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
-    if go is None:
-        raise ToxiproxyInstallError("toxiproxy: the Go toolchain is not installed (needed to build the pinned server)")
-    return go
-
-
 def ensure_server() -> Path:
     """Path of the pinned toxiproxy-server, building it on first use (under a file lock)."""
     target = server_path()
-    if target.exists():
-        return target
-    root = cache_dir()
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if target.exists():  # another worker built it while we waited
-            return target
-        _build(root, target)
-    return target
+    return built_once(target, cache_dir(), lambda: _build(cache_dir(), target))
 
 
 def _build(root: Path, target: Path) -> None:
@@ -66,13 +45,9 @@ def _build(root: Path, target: Path) -> None:
         GOFLAGS="-modcacherw",
         CGO_ENABLED="0",
     )
-    argv = [_go(), "install", "-ldflags", f"-X {MODULE}.Version={VERSION}", f"{MODULE}/cmd/server@v{VERSION}"]
-    try:
-        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
-    except subprocess.TimeoutExpired as exc:
-        raise ToxiproxyInstallError(f"toxiproxy: go install timed out after {BUILD_TIMEOUT_S:.0f}s") from exc
-    if proc.returncode != 0:
-        raise ToxiproxyInstallError(f"toxiproxy: {' '.join(argv)} failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
+    go = go_toolchain("toxiproxy (needed to build the pinned server)")
+    run_go([go, "install", "-ldflags", f"-X {MODULE}.Version={VERSION}", f"{MODULE}/cmd/server@v{VERSION}"],
+           "toxiproxy", BUILD_TIMEOUT_S, env=env)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(".tmp")
     shutil.copy2(gobin / "server", tmp)
@@ -82,7 +57,7 @@ def _build(root: Path, target: Path) -> None:
 def main() -> int:
     try:
         print(ensure_server())
-    except ToxiproxyInstallError as exc:
+    except GoBuildError as exc:
         print(f"kipcheck: error: {exc}", file=sys.stderr)
         return 2
     return 0
