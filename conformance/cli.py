@@ -199,48 +199,49 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--writer", choices=("thread", "process"), default="thread",
                      help="write the trace from a thread (default) or a child process (lower added latency)")
 
-    _add_trace_command(
+    _add_module_command(
         sub, "replay", "replay.replay_cmd",
         help="re-issue a recorded trace against a target, recording the target's answers",
         description="Re-issue the requests of trace DIR against --target in per-connection and causal "
         "order, remapping the ids the target assigns, and write the target's answers as a new trace "
         "(see docs/replay.md). Exit 0 when every request was replayed, 1 when some could not be, 2 on error.",
     )
-    _add_trace_command(
+    _add_module_command(
         sub, "diff", "replay.diff_cmd",
         help="compare two traces field by field (PySpark), with noise cancellation",
         description="Align the exchanges of traces A and B, normalize ids and noise (learned from --noise A2), "
         "and report the response fields that differ (see docs/trace-diff.md). Exit 0 when no divergence, "
         "1 when divergences, 2 on error. Runs unchanged under spark-submit.",
     )
-    _add_trace_command(
+    _add_module_command(
         sub, "check", "replay.check_cmd",
         help="check one trace against the KIP invariants and the reference state machines (PySpark)",
         description="Check trace DIR against the KIP-98 / KIP-447 / KIP-932 invariants and replay the "
         "reference state machines per entity (see docs/trace-checks.md). Exit 0 when no violation, 1 when "
         "violations, 2 on error. Runs unchanged under spark-submit.",
     )
-    _add_trace_command(sub, "chaos", "chaos.chaos_cmd", help="one seeded chaos run: workload + faults + checkers",
+    _add_module_command(sub, "chaos", "chaos.chaos_cmd", help="one seeded chaos run: workload + faults + checkers",
                        description="See docs/chaos-workloads.md. Exit 0 valid, 1 anomaly, 2 could not run, 3 unknown.")
-    _add_trace_command(sub, "image", "fixtures.image_cmd", help="build or load the apache/kafka image offline")
-    _add_trace_command(sub, "power", "conformance.power", help="prove the suite catches every seeded reference bug",
+    _add_module_command(sub, "image", "fixtures.image_cmd", help="build or load the apache/kafka image offline")
+    _add_module_command(sub, "power", "conformance.power", help="prove the suite catches every seeded reference bug",
                        description="See docs/suite-power.md. Exit 0 every bug caught, 1 a bug missed, 2 usage error.")
     return p
 
 
-def _add_trace_command(sub: Any, name: str, module: str, **texts: str) -> None:
-    """A subcommand whose options and body live in replay/<name>_cmd.py."""
+def _add_module_command(sub: Any, name: str, module: str, **texts: str) -> None:
+    """A subcommand whose options (`add_arguments`) and body (`run`) live in `module`
+    (replay's record/replay/diff/check, chaos, image, power), imported only when parsing."""
     import importlib
 
     cmd = sub.add_parser(name, **texts)
     importlib.import_module(module).add_arguments(cmd)
-    cmd.set_defaults(trace_module=module)
+    cmd.set_defaults(command_module=module)
 
 
-def cmd_trace(args: argparse.Namespace) -> int:
+def cmd_module(args: argparse.Namespace) -> int:
     import importlib
 
-    return int(importlib.import_module(args.trace_module).run(args))
+    return int(importlib.import_module(args.command_module).run(args))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -258,12 +259,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "broker": cmd_broker,
         "target": cmd_target,
         "record": cmd_record,
-        "replay": cmd_trace,
-        "diff": cmd_trace,
-        "check": cmd_trace,
-        "chaos": cmd_trace,
-        "image": cmd_trace,
-        "power": cmd_trace,
+        "replay": cmd_module,
+        "diff": cmd_module,
+        "check": cmd_module,
+        "chaos": cmd_module,
+        "image": cmd_module,
+        "power": cmd_module,
     }[args.command]
     try:
         return handler(args)
