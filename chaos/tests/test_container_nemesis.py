@@ -18,6 +18,9 @@ from chaos.nemesis.container import ContainerNemesis
 from fixtures.target import NotSupportedByTarget
 from fixtures.targets import create_target
 
+# A container start may take two attempts of half the start-up timeout (360 s) each.
+pytestmark = pytest.mark.deadline(600)
+
 
 
 @pytest.fixture(scope="module")

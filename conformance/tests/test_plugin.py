@@ -12,7 +12,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import yaml  # noqa: F401 - see below
+
 from reference_impl.protocol.api_keys import ApiKey
+
+# The in-process runs below (pytester.runpytest) drop every module first imported inside them.
+# PyYAML's libyaml extension cannot be re-initialised: a yaml package re-imported after such a
+# run would pair the new package's constructors with the first package's node classes
+# ("could not determine a constructor for the tag None"). Importing yaml here keeps one copy.
 
 pytest_plugins = ("pytester",)
 
@@ -208,6 +215,7 @@ def test_x(target):
 
 TWO_TESTS = """
 import pytest
+from reference_impl.protocol.api_keys import ApiKey
 
 @pytest.mark.requirement("TEST.A.001")
 def test_one(target, capabilities):

@@ -48,7 +48,9 @@ def write_segments(out: str, n: int, **kw) -> TraceWriter:
 
 
 def test_segments_roll_and_read_back(tmp_path) -> None:
-    w = write_segments(str(tmp_path), 60, segment_max_bytes=1, flush_rows=20)
+    # Only the row count may trigger a flush here (a slow first row - kio loading its schemas -
+    # would otherwise pass flush_seconds and cut a fourth segment).
+    w = write_segments(str(tmp_path), 60, segment_max_bytes=1, flush_rows=20, flush_seconds=600)
     assert w.stats["segments"] == 3 and w.stats["exchanges"] == 60
     assert glob.glob(str(tmp_path / "*.tmp")) == []
     for path in w.segments:
