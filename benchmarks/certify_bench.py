@@ -35,7 +35,7 @@ QUICK_SELECTION = "kip98"
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.run --suite certify", description=__doc__.splitlines()[0])
     p.add_argument("--targets", default="reference", help="comma-separated target specs (default: reference)")
-    p.add_argument("--workers", default="4", help="comma-separated xdist worker counts (default 4: certify's default)")
+    p.add_argument("--workers", default="8", help="comma-separated xdist worker counts (default 8: certify's default)")
     p.add_argument("--baseline", metavar="DIR", help="also run the code of this checkout (PYTHONPATH=DIR), interleaved")
     p.add_argument("--repeat", type=int, default=1, help="rounds over all pairs (default 1)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds one certify run may take (default 1800)")

@@ -107,11 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "-n",
         "--workers",
-        # measured with benchmarks --suite certify on 2 loaded cores: -n 4 used 119 s CPU where
-        # -n 6 used 143-164 s (each worker pays ~4 s to start and runs its own reference broker)
-        default="4",
+        # benchmarks --suite certify --workers 4,8 on 2 quiet cores (load 1-2.5): -n 8 took
+        # 63.9 s wall / 83 s CPU, -n 4 99.8 s / 73 s. The run waits on broker timers, so more
+        # workers shorten it while a worker's start (~4 s CPU, its own broker) stays cheaper.
+        default="8",
         metavar="WORKERS",
-        help="pytest-xdist workers: a number or `auto` (default: 4; 0 runs in one process)",
+        help="pytest-xdist workers: a number or `auto` (default: 8; 0 runs in one process)",
     )
     c.add_argument(
         "--format",
