@@ -9,11 +9,11 @@ import pytest
 from kio.schema.errors import ErrorCode as E
 
 from conformance import wire_ops
+from conformance.capability_gate import require_capability
 from conformance.share_ops import SharePartitionUnderTest, require_share_groups, set_group_configs_if_known
 from conformance.suites.kip1289 import (
     UNSAFE_DOWNGRADE, Txn, finalized_level, missing_capability, update_features, wait_for,
 )
-from fixtures.target import NotSupportedByTarget
 from reference_impl.client.raw_client import ClusterClient
 
 
@@ -71,13 +71,7 @@ def enable_on_reference(target: Any, cc: ClusterClient) -> int | None:
 def require_kip1289(target: Any, cc: ClusterClient) -> int | None:
     """The gate: NotSupportedByTarget unless the target has KIP-1289, after enabling it on
     the reference; returns the share.version level to restore afterwards (or None)."""
-    restore = None
-    if missing_capability(cc.bootstrap) is not None:
-        restore = enable_on_reference(target, cc)
-    reason = missing_capability(cc.bootstrap)
-    if reason is not None:
-        raise NotSupportedByTarget(reason)
-    return restore
+    return require_capability(target, cc, missing_capability, enable_on_reference)
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import pytest
 from kio.schema.errors import ErrorCode as E
 
 from conformance import wire_ops
+from conformance.capability_gate import require_capability
 from conformance.suites.kip1289 import SAFE_DOWNGRADE, UPGRADE
 from conformance.suites.kip98 import create_ready_topic
 from conformance.suites.txnrt import BLOCKING, FEATURE, Tv1Txn, features, missing_capability, update_features
@@ -92,11 +93,7 @@ def enable_on_reference(target: Any, cc: ClusterClient) -> int | None:
 def require_txnrt(target: Any, cc: ClusterClient) -> int | None:
     """NotSupportedByTarget unless the target has the draft (after enabling it on the
     reference); returns the level to restore afterwards (or None)."""
-    restore = enable_on_reference(target, cc) if missing_capability(cc.bootstrap) else None
-    reason = missing_capability(cc.bootstrap)
-    if reason is not None:
-        raise NotSupportedByTarget(reason)
-    return restore
+    return require_capability(target, cc, missing_capability, enable_on_reference)
 
 
 @pytest.fixture
