@@ -20,7 +20,10 @@ requirements:
 ```
 
 Requirements may carry the optional keys ``source`` (where the requirement comes from
-when it is not a seed: protocol guide, Kafka's behaviour), ``notes`` and ``tags``; any
+when it is not a seed: protocol guide, Kafka's behaviour), ``notes``, ``tags`` and
+``untested_reason`` (why no conformance test can observe it: a JMX metric, state only
+the broker sees, a target-level setting; `kipcheck catalog --untested` lists such ids
+as explained rather than missing, issue 14 item 2); any
 further lower-case keys (``kafka_note``, ``conflict``...) are kept in ``extra``. A
 misspelt required key still fails, as that key is then missing.
 ``implemented_in`` may carry further target kinds (``librdkafka-mock: true``).
@@ -59,7 +62,10 @@ _KIP_RE = re.compile(r"^[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)*$")
 _ID_RE = re.compile(r"^(?P<kip>[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)*)\.(?P<area>[A-Z][A-Z0-9_]*)\.(?P<num>\d{3})$")
 _TOP_KEYS = {"kip", "title", "seed", "status", "requirements"}
 _REQ_REQUIRED = ("id", "section", "level", "behaviour", "oracle", "implemented_in")
-_REQ_OPTIONAL = {"source", "notes", "tags"}
+_REQ_OPTIONAL = {"source", "notes", "tags", "untested_reason"}
+# A reason short enough to say nothing ("n/a", "JMX") is refused: it must name what
+# makes the behaviour unobservable on the wire.
+UNTESTED_REASON_MIN_CHARS = 20
 
 
 class CatalogError(ValueError):
@@ -84,6 +90,7 @@ class Requirement:
     notes: str | None = None
     tags: tuple[str, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
+    untested_reason: str | None = None
 
     @property
     def area(self) -> str:
@@ -108,6 +115,7 @@ class Requirement:
             "oracle": self.oracle,
             "implemented_in": dict(self.implemented_in),
             "source": self.source,
+            "untested_reason": self.untested_reason,
         }
 
 
@@ -128,10 +136,17 @@ class KipCoverage:
     kip: str
     with_tests: list[str] = field(default_factory=list)
     without_tests: list[str] = field(default_factory=list)
+    # untested id -> its catalogued `untested_reason` (a subset of without_tests)
+    explained: dict[str, str] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
         return len(self.with_tests) + len(self.without_tests)
+
+    @property
+    def unexplained(self) -> list[str]:
+        """Untested ids with no written reason: what issue 14 counts as missing."""
+        return [rid for rid in self.without_tests if rid not in self.explained]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -274,6 +289,8 @@ class Catalog:
         for r in self.requirements.values():
             cov = out.setdefault(r.kip, KipCoverage(r.kip))
             (cov.with_tests if r.id in collected else cov.without_tests).append(r.id)
+            if r.id not in collected and r.untested_reason:
+                cov.explained[r.id] = r.untested_reason
         for cov in out.values():
             cov.with_tests.sort()
             cov.without_tests.sort()
@@ -429,6 +446,15 @@ def _load_file(
         if not isinstance(tags, (list, tuple)) or not all(isinstance(t, str) for t in tags):
             problems.append(f"{where}: tags must be a list of strings")
             ok = False
+        reason = item.get("untested_reason")
+        if reason is not None and (
+            not isinstance(reason, str) or len(" ".join(reason.split())) < UNTESTED_REASON_MIN_CHARS
+        ):
+            problems.append(
+                f"{where}: untested_reason must say why no test can observe it "
+                f"(at least {UNTESTED_REASON_MIN_CHARS} characters), got {reason!r}"
+            )
+            ok = False
         if ok and kip is not None and impl is not None:
             requirements.append(
                 Requirement(
@@ -444,6 +470,7 @@ def _load_file(
                     notes=item.get("notes"),
                     tags=tuple(tags),
                     extra=extra,
+                    untested_reason=" ".join(reason.split()) if isinstance(reason, str) else None,
                 )
             )
     if kip is None or title is None:

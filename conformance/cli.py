@@ -827,6 +827,9 @@ def cmd_catalog(args: argparse.Namespace) -> int:
             source = "catalog only (suites not collected)"
         else:
             source = f"collected {len(claims)} tests from {SUITES_PACKAGE}"
+    reasons = _untested_reasons(args.catalog)
+    for row in rows:
+        row["untested_reason"] = reasons.get(row["id"])
     if args.untested:
         if args.no_collect and not args.results:
             raise UsageError("--untested needs test coverage: drop --no-collect or pass --results")
@@ -837,6 +840,17 @@ def cmd_catalog(args: argparse.Namespace) -> int:
         return EXIT_OK
     _print_catalog(rows, specs, docs, source)
     return EXIT_OK
+
+
+def _untested_reasons(path: str | None) -> dict[str, str]:
+    """Requirement id -> its catalogued `untested_reason` ({} for an invalid catalog)."""
+    from conformance.catalog import CatalogError, load_catalog
+
+    try:
+        catalog = load_catalog(path) if path is not None else load_catalog()
+    except CatalogError:
+        return {}
+    return {r.id: r.untested_reason for r in catalog if r.untested_reason}
 
 
 def _print_catalog(rows: list[dict[str, Any]], specs: list[str], docs: list[dict[str, Any]], source: str) -> None:
@@ -851,18 +865,23 @@ def _print_catalog(rows: list[dict[str, Any]], specs: list[str], docs: list[dict
             return "  ".join(f"{s}={r['verdicts'][s]}" for s in specs)
         if r["tests"] is None:
             return ""
-        return f"{len(r['tests'])} test(s)" if r["tests"] else "NO TEST"
+        if r["tests"]:
+            return f"{len(r['tests'])} test(s)"
+        return "explained" if r.get("untested_reason") else "NO TEST"
 
     covw = max([len(coverage_text(r)) for r in rows] + [0])
     for d in docs:
         kip = d["kip"]
         items = by_kip.get(kip, [])
         total = len(d["requirements"])
-        untested = sum(1 for r in items if r["tests"] is not None and not r["tests"]) if not specs else None
+        untested = [r for r in items if r["tests"] is not None and not r["tests"]] if not specs else None
         head = f"{kip}  {titles.get(kip, '')}  ({len(items)} of {total} requirements"
         if untested is not None and rows and items and items[0]["tests"] is not None:
-            head += f", {untested} without a test"
+            explained = sum(1 for r in untested if r.get("untested_reason"))
+            head += f", {len(untested)} without a test, {explained} of them explained"
         print(head + ")")
+        # unexplained gaps first; ids with a written reason apart, after them
+        items = sorted(items, key=lambda r: bool(not r["tests"] and r.get("untested_reason")))
         for r in items:
             cov = coverage_text(r).ljust(covw)
             level = (r["level"] or "").upper()
@@ -872,6 +891,8 @@ def _print_catalog(rows: list[dict[str, Any]], specs: list[str], docs: list[dict
             if len(behaviour) > room:
                 behaviour = behaviour[: room - 1] + "…"
             print(prefix + behaviour)
+            if not r["tests"] and r.get("untested_reason"):
+                print(" " * 4 + "explained: " + r["untested_reason"])
         print()
     print(f"({source})")
 
