@@ -27,6 +27,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -892,7 +893,8 @@ def _print_catalog(rows: list[dict[str, Any]], specs: list[str], docs: list[dict
                 behaviour = behaviour[: room - 1] + "…"
             print(prefix + behaviour)
             if not r["tests"] and r.get("untested_reason"):
-                print(" " * 4 + "explained: " + r["untested_reason"])
+                print(textwrap.fill("explained: " + r["untested_reason"], width=max(width, 60),
+                                    initial_indent=" " * 4, subsequent_indent=" " * 15))
         print()
     print(f"({source})")
 

@@ -85,6 +85,7 @@ def test_coverage_splits_explained_from_unexplained(tmp_path):
 def claims(monkeypatch):
     """Collected suites claiming only KIP-98.IDEMP.001 (the suites are not collected here)."""
     monkeypatch.setattr(cli, "collect_requirement_claims", lambda: {"t.py::test_a": ["KIP-98.IDEMP.001"]})
+    monkeypatch.setenv("COLUMNS", "200")  # one line per reason whatever the terminal
 
 
 def test_untested_listing_shows_explained_ids_apart_with_counts(tmp_path, capsys, claims):
