@@ -14,9 +14,10 @@ streams.* and errors.deadletterqueue.* configs, which it does not model. No docu
 text is sent. Other resource types are answered INVALID_REQUEST saying they are not modelled.
 
 BROKER (type 4, name = a node id, or empty for the cluster default): the timeouts and bounds
-the model enforces (`BROKER_CONFIGS`), each with source DEFAULT_CONFIG, read only, so that a
-test can read a target's limits (session timeouts, lock durations, transaction timeouts) the
-same way from the reference and from Kafka. An unknown node id is INVALID_REQUEST.
+the model enforces (`BROKER_CONFIGS`), source DEFAULT_CONFIG (STATIC_BROKER_CONFIG when the
+broker was started with another value), read only, so that a test can read a target's limits
+(session timeouts, lock durations, transaction timeouts) the same way from the reference and
+from Kafka. An unknown node id is INVALID_REQUEST.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from kio.schema.errors import ErrorCode
 
 from reference_impl.handlers._group_common import NO_THROTTLE
 from reference_impl.handlers.registry import RequestContext, handles
+from reference_impl.model.broker_state import BrokerConfig
 from reference_impl.model.group_configs import VALIDATORS
 from reference_impl.model.partition_log import IsolationLevel
 from reference_impl.protocol.api_keys import ApiKey
@@ -35,7 +37,7 @@ from reference_impl.protocol.api_keys import ApiKey
 API_KEY = ApiKey.DESCRIBE_CONFIGS
 GROUP_RESOURCE = 32
 BROKER_RESOURCE = 4
-DEFAULT_CONFIG, GROUP_CONFIG = 5, 8  # ConfigSource ids
+STATIC_BROKER_CONFIG, DEFAULT_CONFIG, GROUP_CONFIG = 4, 5, 8  # ConfigSource ids
 BOOLEAN, STRING, INT = 1, 2, 3  # ConfigType ids
 CONSUMER_SESSION_TIMEOUT_MS, CONSUMER_HEARTBEAT_INTERVAL_MS = 45_000, 5_000  # Kafka's broker defaults
 
@@ -101,18 +103,24 @@ BROKER_BOUNDS: dict[str, Callable[[Any], Any]] = {
 }
 
 
+_DEFAULT_BROKER_CONFIG = BrokerConfig()
+
+
 def _describe_broker(ctx: RequestContext, resource: Any) -> Any:
     name = resource.resource_name or ""
     if name and (not name.isdigit() or int(name) not in ctx.state.nodes):
         return _result(ctx, resource, ErrorCode.invalid_request, f"no broker with id {name!r}")
     values = {n: f(ctx.state.config) for n, f in BROKER_CONFIGS.items()}
     values |= {n: f(ctx.state.group_configs.bounds) for n, f in BROKER_BOUNDS.items()}
+    # a value the broker was started with differs from the model's default: STATIC_BROKER_CONFIG,
+    # as Kafka reports a server.properties setting (a KIP default is checked only when unset)
+    defaults = {n: f(_DEFAULT_BROKER_CONFIG) for n, f in BROKER_CONFIGS.items()}
     keys = resource.configuration_keys
     names = sorted(values) if not keys else [k for k in dict.fromkeys(keys) if k in values]
     return _result(ctx, resource, ErrorCode.none, None, tuple(
         ctx.nested("DescribeConfigsResourceResult", name=n, value=str(values[n]), read_only=True,
-                   config_source=DEFAULT_CONFIG, is_sensitive=False, synonyms=(), config_type=INT,
-                   documentation=None)
+                   config_source=STATIC_BROKER_CONFIG if n in defaults and values[n] != defaults[n] else DEFAULT_CONFIG,
+                   is_sensitive=False, synonyms=(), config_type=INT, documentation=None)
         for n in names))
 
 
