@@ -58,6 +58,7 @@ def parity_scenario(target, ids) -> dict[str, Any]:
 
 @pytest.mark.requirement("KIP-447.FENCE.001")
 def test_txn_offset_commit_is_fenced_like_offset_commit(differential):
+    """KIP-447.FENCE.001: for each (generation, member id) both commits answer alike."""
     require_txn_offset_commit_v3(differential.target)
     obs = differential.run(parity_scenario).target
     assert obs["setup"] == [0, 0, 0, 0, 1], obs
@@ -95,6 +96,7 @@ def init_per_transactional_id_scenario(target, ids) -> dict[str, Any]:
 
 @pytest.mark.requirement("KIP-447.INIT.001")
 def test_init_is_keyed_by_transactional_id_not_by_group(differential):
+    """KIP-447.INIT.001: same producer id, epoch + 1, the first instance fenced, whatever the groups."""
     obs = differential.run(init_per_transactional_id_scenario).target
     assert obs["joins"] == [0, 0, 0, 0], obs
     assert obs["same_producer_id"], "a second InitProducerId of the transactional id allocated a new producer id"

@@ -78,6 +78,7 @@ def record_layout_scenario(target, ids) -> dict[str, Any]:
 
 @pytest.mark.requirement("KIP-98.FORMAT.005")
 def test_v2_records_offsets_null_keys_and_headers_round_trip(differential):
+    """KIP-98.FORMAT.005: offset = base + delta; null key/value and headers round-trip."""
     obs = differential.run(record_layout_scenario).target
     assert obs["errors"] == [0, 0] and obs["base_offset"] == 2 == obs["batch_base"], obs
     assert obs["records"] == [
@@ -109,6 +110,7 @@ def batch_limit_scenario(target, ids) -> dict[str, Any]:
 
 @pytest.mark.requirement("KIP-98.FORMAT.006")
 def test_size_limit_applies_to_the_whole_batch(differential):
+    """KIP-98.FORMAT.006: small records over the limit together are refused in one batch, taken in four."""
     obs = differential.run(batch_limit_scenario).target
     assert obs["whole_size_over_limit"] and obs["parts_under_limit"], obs
     assert obs["whole"] in (ErrorCode.message_too_large, ErrorCode.record_list_too_large), (
@@ -142,6 +144,7 @@ def idempotence_option_scenario(target, ids) -> dict[str, Any]:
 
 @pytest.mark.requirement("KIP-98.CONFIG.005")
 def test_idempotence_disabled_writes_no_producer_id(differential):
+    """KIP-98.CONFIG.005: ProducerId -1 and no sequence without idempotence; one id, sequences 0.. with it."""
     obs = differential.run(idempotence_option_scenario).target
     assert obs["off"] == [[-1, -1]] * 3, f"enable.idempotence=false must write ProducerId -1, no sequence: {obs['off']}"
     assert obs["on_pid_set"] and obs["on_one_pid"] and obs["on_sequences"] == [0, 1, 2], obs
@@ -177,6 +180,7 @@ def retried_stream_scenario(target, ids) -> dict[str, Any]:
 
 @pytest.mark.requirement("KIP-98.IDEMP.006")
 def test_retried_stream_stores_every_record_once_in_order(differential):
+    """KIP-98.IDEMP.006: each record once, in send order; a duplicate answers its first offset."""
     obs = differential.run(retried_stream_scenario).target
     assert obs["errors"] == [0], f"a retried batch was refused: {obs}"
     assert obs["stored"] == [f"v{i}" for i in range(12)], f"retries duplicated or reordered records: {obs['stored']}"

@@ -56,6 +56,7 @@ def is_unset(entry: Any) -> bool:
 
 @pytest.mark.requirement("KIP-98.CONFIG.002")
 def test_transactional_id_expiration_default_is_seven_days(target):
+    """KIP-98.CONFIG.002: transactional.id.expiration.ms is 604800000 when unset."""
     entry = broker_settings(target, ["transactional.id.expiration.ms"])["transactional.id.expiration.ms"]
     if not is_unset(entry):
         raise NotSupportedByTarget(
@@ -102,6 +103,7 @@ def test_transaction_log_is_an_internal_topic_built_from_its_settings(target, un
 
 @pytest.mark.requirement("KIP-98.CONFIG.004")
 def test_transaction_log_min_isr_and_segment_size_follow_the_settings(target, unique):
+    """KIP-98.CONFIG.004: the topic's min.insync.replicas and segment.bytes are the broker's settings."""
     names = ["transaction.state.log.min.isr", "transaction.state.log.segment.bytes"]
     settings = broker_settings(target, names)
     _txn_log_metadata(target, unique)

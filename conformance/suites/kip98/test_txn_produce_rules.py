@@ -70,6 +70,7 @@ def unadded_partition_scenario(target, ids) -> dict[str, Any]:
 
 @pytest.mark.requirement("KIP-98.TXN.006")
 def test_data_for_a_partition_never_added_is_not_committed(differential):
+    """KIP-98.TXN.006: refused (INVALID_TXN_STATE / TRANSACTION_ABORTABLE) or left undecided, never committed."""
     obs = differential.run(unadded_partition_scenario).target
     assert obs["added_partition"] == 0 and obs["committed_0"] == ["in-txn"], f"the transaction itself failed: {obs}"
     assert "never-added" not in obs["committed_1"], (
@@ -106,6 +107,7 @@ def transactional_id_field_scenario(target, ids) -> dict[str, Any]:
 
 @pytest.mark.requirement("KIP-98.FORMAT.001")
 def test_produce_carries_the_transactional_id_of_transactional_batches(differential):
+    """KIP-98.FORMAT.001: null transactional id with transactional batches refused; with the id accepted."""
     obs = differential.run(transactional_id_field_scenario).target
     assert obs["transactional_without_id"] == ErrorCode.transactional_id_authorization_failed, (
         f"transactional records with a null transactional id answered {obs['transactional_without_id']}")

@@ -102,6 +102,7 @@ def _code(errors: dict | None, topic_partition: tuple[str, int]) -> int | None:
 
 @pytest.mark.requirement("KIP-98.MARKER.003")
 def test_marker_type_is_a_boolean_true_commit_false_abort(differential):
+    """KIP-98.MARKER.003: TransactionResult true writes COMMIT, false writes ABORT."""
     obs = differential.run(marker_scenario, ignore_keys=["first", "older_epoch", "same_epoch", "newer_epoch", "mixed"]).target
     first = obs["first"]
     assert first is not None and all(set(v.values()) == {0} for v in first.values()), f"markers refused: {obs}"
@@ -111,7 +112,7 @@ def test_marker_type_is_a_boolean_true_commit_false_abort(differential):
 
 @pytest.mark.requirement("KIP-98.MARKER.002")
 def test_marker_from_an_older_coordinator_epoch_is_fenced(differential):
-    """The leader keeps the last coordinator epoch per producer; an older one is refused
+    """KIP-98.MARKER.002: the leader keeps the last coordinator epoch per producer; an older one is refused
     with TRANSACTION_COORDINATOR_FENCED and writes nothing; the same or a newer one is taken."""
     obs = differential.run(marker_scenario, ignore_keys=["first", "mixed", "partition1"]).target
     older = list((obs["older_epoch"] or {}).values())
@@ -123,6 +124,7 @@ def test_marker_from_an_older_coordinator_epoch_is_fenced(differential):
 
 @pytest.mark.requirement("KIP-98.MARKER.004")
 def test_marker_response_has_an_error_per_producer_and_partition(differential):
+    """KIP-98.MARKER.004: NONE for the known partition, an error for the unknown one, in one answer."""
     obs = differential.run(marker_scenario, ignore_keys=["first", "older_epoch", "same_epoch", "newer_epoch",
                                                          "partition0"]).target
     mixed = obs["mixed"]
