@@ -134,3 +134,30 @@ def test_marker_response_has_an_error_per_producer_and_partition(differential):
     assert by_partition[UNKNOWN_PARTITION] in (ErrorCode.unknown_topic_or_partition, ErrorCode.not_leader_or_follower), (
         f"the unknown partition answered {by_partition[UNKNOWN_PARTITION]}")
     assert obs["partition1"] == [["A", "COMMIT"]], "the good partition's marker must be written despite the bad one"
+
+
+def producer_epoch_scenario(target, ids) -> dict[str, Any]:
+    """A marker at producer epoch e+1 is written; one at e after it must not be."""
+    _require_markers(target)
+    topic = ids.topic()
+    with wire_ops.cluster_client(target) as cc:
+        create_ready_topic(target, cc, topic)
+        pid, epoch = _new_pid(cc)
+        leader = cc.leader_for(topic, 0)
+        newer = write_markers(leader, [(pid, epoch + 1, True, COORDINATOR_EPOCH, {topic: [0]})])
+        end_before = log_end(leader, topic, 0)
+        older = write_markers(leader, [(pid, epoch, False, COORDINATOR_EPOCH, {topic: [0]})])
+        end_after = log_end(leader, topic, 0)
+        markers = _markers_of(cc, topic, 0, {pid: "P"})
+    return {"newer": list(newer.get(pid, {}).values()), "older": list(older.get(pid, {}).values()),
+            "log_grew_on_older": end_after != end_before, "markers": markers}
+
+
+@pytest.mark.requirement("KIP-98.MARKER.006")
+def test_marker_with_an_older_producer_epoch_is_refused(differential):
+    """KIP-98.MARKER.006: a marker for a fenced producer epoch ends nothing and appends nothing."""
+    obs = differential.run(producer_epoch_scenario).target
+    assert obs["newer"] == [0], f"a marker at a newer producer epoch was refused: {obs}"
+    assert obs["older"] in ([ErrorCode.invalid_producer_epoch], [ErrorCode.producer_fenced]), (
+        f"a marker at an older producer epoch answered {obs['older']}")
+    assert not obs["log_grew_on_older"] and obs["markers"] == [["P", "COMMIT"]], obs
