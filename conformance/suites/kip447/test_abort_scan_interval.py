@@ -11,8 +11,6 @@ for marker writes on a loaded machine.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from conformance import client_ops, target_limits, wire_ops
