@@ -13,7 +13,7 @@ and when the target is fixed the strict xpass turns CI red until the entry is re
       - id: DEV-001
         target: librdkafka-mock          # target kind
         versions: ">=4.0"                # optional version constraint on the target
-        test: test_corrupt_batch_rejected  # test function name, or module.py::name
+        test: test_corrupt_batch_rejected  # test function name, module.py::name, or module.py::name[params]
         requirement: PROTO.BAD.001
         observed: what the target does instead
         evidence: how it was established (test, command, observation)
@@ -63,6 +63,8 @@ class Deviation:
                     return False
             except InvalidVersion:
                 pass
+        if self.test.endswith("]"):  # one parametrisation: "module.py::name[params]"
+            return nodeid.endswith(self.test)
         if "::" in self.test:
             module, _, name = self.test.partition("::")
             return test_name == name and nodeid.split("::")[0].endswith(module)
