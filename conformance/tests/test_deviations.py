@@ -73,3 +73,10 @@ def test_a_parametrised_entry_matches_only_that_parametrisation():
     assert dev.matches("librdkafka-mock", None, "conformance/suites/a/test_m.py::test_x[librdkafka-mock-raw]", "test_x")
     assert not dev.matches("librdkafka-mock", None, "conformance/suites/a/test_m.py::test_x[librdkafka-mock-other]", "test_x")
     assert not dev.matches("librdkafka-mock", None, "conformance/suites/b/test_m.py::test_x[librdkafka-mock-raw]", "test_x")
+
+
+def test_a_flaky_entry_carries_its_rate_and_is_not_strict():
+    (dev,) = parse_deviations({"deviations": [{**ENTRY, "flaky": "failed 1 of 2 runs"}]})
+    (strict,) = parse_deviations({"deviations": [ENTRY]})
+    assert dev.flaky == "failed 1 of 2 runs" and strict.flaky is None
+    assert "[flaky: failed 1 of 2 runs]" in dev.reason
