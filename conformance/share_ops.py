@@ -78,8 +78,28 @@ def set_group_configs_if_known(client: ClusterClient, group: str, configs: dict[
     code, message = alter_group_configs(client, group, configs)
     if code == E.invalid_config and "unknown" in (message or "").lower():
         raise NotSupportedByTarget(f"the target does not know group config(s) {sorted(configs)}: {message}")
+    unknown = unknown_group_configs(client, group, configs) if code == E.invalid_config and not message else []
+    if unknown:  # refused without a reason (kfake): the names its DescribeConfigs does not list
+        raise NotSupportedByTarget(f"the target does not know group config(s) {unknown} (refused, INVALID_CONFIG, "
+                                   "and absent from its DescribeConfigs of the group)")
     if code != E.none:
         raise AssertionError(f"IncrementalAlterConfigs GROUP {group} {configs}: {E(code)!r} {message}")
+
+
+def unknown_group_configs(client: ClusterClient, group: str, configs: dict[str, str]) -> list[str]:
+    """The names in `configs` that DescribeConfigs of the GROUP resource does not list (all
+    configs described): the group configs this target does not have."""
+    version = client.bootstrap.negotiate(ApiKey.DESCRIBE_CONFIGS, 4)
+    if version is None:
+        return []
+    resp = client.bootstrap.request(ApiKey.DESCRIBE_CONFIGS, version, resources=(nested(
+        ApiKey.DESCRIBE_CONFIGS, version, "DescribeConfigsResource", resource_type=GROUP_RESOURCE,
+        resource_name=group, configuration_keys=None),), include_synonyms=False, include_documentation=False)
+    result = resp.results[0]
+    if result.error_code != E.none:
+        return []
+    known = {c.name for c in result.configs}
+    return sorted(name for name in configs if name not in known)
 
 
 def heartbeat(node: RawClient, group: str, member: str, epoch: int, topics: list[str] | None = None) -> Any:

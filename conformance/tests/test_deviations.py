@@ -66,3 +66,17 @@ def test_divergence_evidence_names_an_existing_suite_test():
         name = name.split("[")[0]
         candidates = [src for p, src in sources.items() if not path or str(p).endswith(path)]
         assert any(f"def {name}(" in src for src in candidates), f"{div.id}: no suite test {div.evidence_test}"
+
+
+def test_a_parametrised_entry_matches_only_that_parametrisation():
+    (dev,) = parse_deviations({"deviations": [{**ENTRY, "test": "a/test_m.py::test_x[librdkafka-mock-raw]"}]})
+    assert dev.matches("librdkafka-mock", None, "conformance/suites/a/test_m.py::test_x[librdkafka-mock-raw]", "test_x")
+    assert not dev.matches("librdkafka-mock", None, "conformance/suites/a/test_m.py::test_x[librdkafka-mock-other]", "test_x")
+    assert not dev.matches("librdkafka-mock", None, "conformance/suites/b/test_m.py::test_x[librdkafka-mock-raw]", "test_x")
+
+
+def test_a_flaky_entry_carries_its_rate_and_is_not_strict():
+    (dev,) = parse_deviations({"deviations": [{**ENTRY, "flaky": "failed 1 of 2 runs"}]})
+    (strict,) = parse_deviations({"deviations": [ENTRY]})
+    assert dev.flaky == "failed 1 of 2 runs" and strict.flaky is None
+    assert "[flaky: failed 1 of 2 runs]" in dev.reason
