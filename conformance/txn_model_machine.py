@@ -61,7 +61,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
 
@@ -780,7 +780,10 @@ def build_machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
     return TxnModelMachine
 
 
-def default_settings(max_examples: int = 20, steps: int = 15) -> settings:
+def default_settings(max_examples: int = 20, steps: int = 15, shrink: bool = True) -> settings:
+    """Derandomized, no database. ``shrink`` False (real clusters): a failure reports the
+    whole generated sequence at once instead of minutes of shrinking against a broker."""
+    phases = [Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.shrink] if shrink else [])
     return settings(
         max_examples=max_examples,
         stateful_step_count=steps,
@@ -789,6 +792,7 @@ def default_settings(max_examples: int = 20, steps: int = 15) -> settings:
         database=None,
         suppress_health_check=list(HealthCheck),
         print_blob=False,
+        phases=phases,
     )
 
 

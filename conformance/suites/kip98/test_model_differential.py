@@ -89,7 +89,7 @@ def test_transactions_match_model_and_reference(target, capabilities, unique):
         names=_names(unique),
         time_rules=False,
     )
-    run_machine(config, default_settings(MAX_EXAMPLES, STEPS))
+    run_machine(config, default_settings(MAX_EXAMPLES, STEPS, shrink=False))
 
 
 @pytest.mark.slow(3)
