@@ -17,6 +17,9 @@ two sides of a ratio see the same machine load:
 * produce acks=1: one 100 B value in flight (linger.ms=0), `produce()` to its delivery report.
 
 Throughput cells are medians over the repetitions; latency percentiles pool every sample.
+"capture CPU ms/MB" is the CPU time (user + system) of the proxy process and its trace
+writer child per MB of values, median over the proxied runs: the cost itself, which the
+throughput ratio shows only once the machine has no CPU to spare.
 The load average (1 min) is read after each row's last measurement: on the project's
 shared 2-core machine broker, proxy, trace writer and client compete for CPU.
 Targets: proxied >= 0.9 x direct throughput; added p50 <= 0.3 ms on the reference.
@@ -50,7 +53,18 @@ class Row:
     direct: list[float] = field(default_factory=list)  # msgs/s per repetition, or ms per round trip
     proxied: list[float] = field(default_factory=list)
     value_bytes: int = 0
+    n: int = 0
     load: float = 0.0
+    proxy_cpu_s: list[float] = field(default_factory=list)  # proxy + writer CPU seconds per proxied run
+
+    @property
+    def cpu_ms_per_mb(self) -> float | None:
+        """CPU the capture costs per MB of values forwarded (proxy and trace-writer
+        processes): unlike throughput, hardly moved by the other load on the machine."""
+        if not self.proxy_cpu_s or not self.value_bytes or self.latency:
+            return None
+        mb = self.n * self.value_bytes / 1e6
+        return statistics.median(self.proxy_cpu_s) * 1000 / mb
 
     @property
     def latency(self) -> bool:
@@ -84,7 +98,7 @@ class Row:
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d.update(ratio=self.ratio, added_p50_ms=self.added_p50, met=self.met)
+        d.update(ratio=self.ratio, added_p50_ms=self.added_p50, met=self.met, cpu_ms_per_mb=self.cpu_ms_per_mb)
         return d
 
 
@@ -174,6 +188,38 @@ def produce_ack_run(bootstrap: str, topic: str, m: int) -> list[float]:
     return out
 
 
+def tree_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process and its children (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    parents[int(entry)] = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        todo += [c for c, pp in parents.items() if pp == p]
+        try:
+            with open(f"/proc/{p}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+def _measured(row: Row, mode: str, proxy_pid: int, run: Callable[[], Any]) -> Any:
+    before = tree_cpu_s(proxy_pid) if mode == "proxied" else 0.0
+    result = run()
+    if mode == "proxied":
+        row.proxy_cpu_s.append(tree_cpu_s(proxy_pid) - before)
+    return result
+
+
 # --- one target ---------------------------------------------------------------------------------
 
 
@@ -184,11 +230,25 @@ def start_proxy(upstream: str, trace_dir: str) -> tuple[Background, str]:
     return bg, bg.line.split("listening ", 1)[1].split(" ", 1)[0].rstrip(";")
 
 
-def bench_target(spec: str, n: int, m: int, value_bytes: int, repeat: int, log: Callable[[str], None]) -> list[Row]:
+def trace_counts(trace_dir: str) -> str:
+    """Exchange rows and exchanges lost to gaps in the recorded trace (a proxy that keeps
+    pace by dropping rows would not be cheap, only incomplete)."""
+    import pyarrow.parquet as pq
+
+    files = [os.path.join(trace_dir, f) for f in os.listdir(trace_dir) if f.endswith(".parquet")]
+    if not files:
+        return "no trace segment"
+    t = pq.ParquetDataset(files).read(columns=["kind", "gap_count"]).to_pydict()
+    gaps = sum(c or 0 for k, c in zip(t["kind"], t["gap_count"]) if k == "gap")
+    return f"trace: {t['kind'].count('exchange')} exchange rows, {gaps} exchange(s) in gaps"
+
+
+def bench_target(spec: str, n: int, m: int, value_bytes: int, repeat: int, log: Callable[[str], None],
+                 notes: list[str]) -> list[Row]:
     target, bootstrap = start_target(spec)
     trace_dir = tempfile.mkdtemp(prefix="kipcheck-proxy-bench-")
     value = b"v" * value_bytes
-    rows = {w: Row(spec, w, value_bytes=value_bytes if w in THROUGHPUT else 0) for w in THROUGHPUT + LATENCY}
+    rows = {w: Row(spec, w, value_bytes=value_bytes if w in THROUGHPUT else 0, n=n) for w in THROUGHPUT + LATENCY}
     try:
         proxy, proxied = start_proxy(bootstrap, trace_dir)
         try:
@@ -196,8 +256,11 @@ def bench_target(spec: str, n: int, m: int, value_bytes: int, repeat: int, log: 
                 order = [("direct", bootstrap), ("proxied", proxied)]
                 for mode, bs in order if r % 2 == 0 else order[::-1]:
                     topic = create_topic(bootstrap)
-                    getattr(rows["produce"], mode).append(produce_run(bs, topic, n, value))
-                    getattr(rows["consume"], mode).append(consume_run(bs, topic, n))
+                    pid = proxy.proc.pid
+                    getattr(rows["produce"], mode).append(
+                        _measured(rows["produce"], mode, pid, lambda: produce_run(bs, topic, n, value)))
+                    getattr(rows["consume"], mode).append(
+                        _measured(rows["consume"], mode, pid, lambda: consume_run(bs, topic, n)))
                     getattr(rows["ApiVersions"], mode).extend(api_versions_run(bs, m))
                     getattr(rows["produce acks=1"], mode).extend(produce_ack_run(bs, topic, m))
                     log(f"  {spec} repeat {r + 1} {mode}: produce {rows['produce'].__dict__[mode][-1]:.0f}/s, "
@@ -206,6 +269,7 @@ def bench_target(spec: str, n: int, m: int, value_bytes: int, repeat: int, log: 
                     row.load = os.getloadavg()[0]
         finally:
             proxy.stop()
+        notes.append(f"{spec}: {trace_counts(trace_dir)}")
     finally:
         target.stop()
         shutil.rmtree(trace_dir, ignore_errors=True)
@@ -220,12 +284,12 @@ def _f(v: float | None, fmt: str) -> str:
 
 
 def table(rows: list[Row]) -> str:
-    head = ("target", "workload", "direct", "proxied", "ratio", "direct p50/p99 ms", "proxied p50/p99 ms",
-            "added p50 ms", "load 1m", "met")
+    head = ("target", "workload", "direct", "proxied", "ratio", "capture CPU ms/MB", "direct p50/p99 ms",
+            "proxied p50/p99 ms", "added p50 ms", "load 1m", "met")
     lines = [head]
     for r in rows:
         if r.latency:
-            cells = ("-", "-", "-", f"{_f(r.pct('direct', 50), '.3f')}/{_f(r.pct('direct', 99), '.3f')}",
+            cells = ("-", "-", "-", "-", f"{_f(r.pct('direct', 50), '.3f')}/{_f(r.pct('direct', 99), '.3f')}",
                      f"{_f(r.pct('proxied', 50), '.3f')}/{_f(r.pct('proxied', 99), '.3f')}", _f(r.added_p50, "+.3f"))
         else:
             mb = r.value_bytes / 1e6
@@ -233,7 +297,8 @@ def table(rows: list[Row]) -> str:
             def fmt(v: float | None) -> str:
                 return "-" if v is None else f"{v:.0f} msg/s {v * mb:.1f} MB/s"
 
-            cells = (fmt(r.mid("direct")), fmt(r.mid("proxied")), _f(r.ratio, ".2f"), "-", "-", "-")
+            cells = (fmt(r.mid("direct")), fmt(r.mid("proxied")), _f(r.ratio, ".2f"), _f(r.cpu_ms_per_mb, ".1f"),
+                     "-", "-", "-")
         lines.append((r.target, r.workload, *cells, f"{r.load:.2f}", {True: "yes", False: "NO", None: "-"}[r.met]))
     widths = [max(len(str(line[i])) for line in lines) for i in range(len(head))]
     out = [" | ".join(str(c).ljust(w) for c, w in zip(line, widths)) for line in lines]
@@ -257,11 +322,12 @@ def main(argv: list[str] | None = None) -> int:
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     rows: list[Row] = []
     failures: list[str] = []
+    notes: list[str] = []
     started = time.monotonic()
     for spec in [s.strip() for s in a.targets.split(",") if s.strip()]:
         log(f"benchmarking {spec} ...")
         try:
-            rows += bench_target(spec, n, m, a.value_bytes, repeat, log)
+            rows += bench_target(spec, n, m, a.value_bytes, repeat, log, notes)
         except Exception as exc:  # noqa: BLE001 - one target failing does not hide the others
             failures.append(f"{spec}: {exc}")
     print(table(rows))
@@ -270,13 +336,15 @@ def main(argv: list[str] | None = None) -> int:
           f"{time.monotonic() - started:.0f} s")
     missed = [f"{r.target}/{r.workload}" for r in rows if r.met is False]
     print(f"NOT met: {', '.join(missed)}" if missed else "all targets met" if rows else "no results")
+    for note in notes:
+        print(note)
     for f in failures:
         print(f"failed: {f}")
     if a.json:
         with open(a.json, "w") as fh:
             json.dump({"benchmark": "kipcheck-proxy-bench", "schema_version": 1, "cpus": os.cpu_count(),
                        "settings": {"messages": n, "value_bytes": a.value_bytes, "latency_messages": m,
-                                    "repeat": repeat}, "failures": failures, "rows": [r.as_dict() for r in rows]},
+                                    "repeat": repeat}, "failures": failures, "notes": notes, "rows": [r.as_dict() for r in rows]},
                       fh, indent=1)
     return 1 if failures else 0
 
