@@ -1,17 +1,22 @@
 """Kafka-protocol-aware capture proxy (asyncio).
 
-One listener per upstream broker. The forwarding path only splits frames and peeks at
-request headers (api key/version/correlation id) so the matching response can be
-decoded later; a response is decoded and re-encoded on the path only when it may carry
-broker endpoints (Metadata, FindCoordinator, DescribeCluster, and Produce/Fetch/
-ShareFetch/ShareAcknowledge versions with ``node_endpoints``), so that every endpoint
-handed to a client points at a proxy listener (new listeners open for brokers first seen
-in a response). Everything else is forwarded byte for byte.
+One listener per upstream broker. The forwarding path is cut-through (`StreamSplitter`):
+frame bytes go on as they arrive, with only the header peeked (api key/version/correlation
+id) so the matching response can be paired later. A frame is held whole only when it must
+be inspected: a response whose schema may carry broker endpoints (Metadata,
+FindCoordinator, DescribeCluster, and Produce/Fetch/ShareFetch/ShareAcknowledge versions
+with ``node_endpoints``), so that every endpoint handed to a client points at a proxy
+listener (new listeners open for brokers first seen in a response); and, with a request
+fault hook, every request. Produce/Fetch responses are decoded only when a skip walk finds
+the endpoint tag (`address_rewrite.may_carry_endpoints`). Everything else is forwarded
+byte for byte, never decoded.
 
-Recording is off the path: each finished exchange (frames + timings) goes to a sink's
-non-blocking `offer()`; when the sink is full the connection awaits space (back-pressure
-on that client, nothing dropped). Exchanges that cannot be recorded are reported to the
-sink as gaps (`record_gap(count, reason)`).
+Recording is off the path: finished exchanges (frames + timings) go, one list per read, to
+`hand_off()`, which never waits; one emitter task offers them to the sink in order
+(`offer_many` when the sink has it, else `offer`) and waits while the sink is full
+(back-pressure on the trace, not on the clients). Exchanges that cannot be recorded are
+reported to the sink as gaps (`record_gap(count, reason)`), including a hand-off backlog
+over `handoff_max_bytes`.
 """
 
 from __future__ import annotations
