@@ -425,40 +425,50 @@ class StreamSplitter:
         self._parts: list[Any] = []  # the current frame's bytes so far
         self._left = 0  # bytes of the current frame still to come
         self._verdict = -1  # -1: between frames (or undecided)
+        self.error: str | None = None  # why the stream stopped being Kafka framing
 
-    @property
-    def pending_bytes(self) -> bytes:
-        """What was read but not forwarded (for a switch to opaque forwarding)."""
+    def go_opaque(self) -> bytes:
+        """Stop splitting; the bytes read but not forwarded yet, to forward first."""
+        self.opaque = True
         if self._verdict == self.PASS:
-            return b""
-        if self._verdict < 0:
-            return bytes(self._head)
-        return framing.size_prefixed(b"".join(self._parts))
+            rest = b""
+        elif self._verdict < 0:
+            rest = bytes(self._head)
+        else:
+            rest = framing.size_prefixed(b"".join(self._parts))
+        self._head, self._parts, self._verdict = bytearray(), [], -1
+        return rest
 
     def feed(self, data: bytes) -> list[tuple]:
+        """Events of one read. An impossible size prefix ends the splitting: the frames
+        before it are returned as usual (Kafka answers them before it closes), then
+        ("opaque", the bytes from that prefix on), and `error` says why."""
         if self.opaque:
             return [("opaque", data)]
         events: list[tuple] = []
         view, pos, n = memoryview(data), 0, len(data)
-        while pos < n:
-            if self._verdict < 0:
-                pos = self._read_head(view, pos, n, events)
-                continue
-            take = min(self._left, n - pos)
-            piece = view[pos:pos + take]
-            self._parts.append(piece)
-            if self._verdict == self.PASS:
-                events.append(("pass", piece))
-            pos += take
-            self._left -= take
-            if not self._left:
-                self._complete(events)
-                if self.opaque:
-                    if pos < n:
-                        events.append(("opaque", bytes(view[pos:])))
-                    break
-        if self._verdict < 0 and self._head and len(self._head) >= 4:
-            self._check_size()
+        try:
+            while pos < n:
+                if self._verdict < 0:
+                    pos = self._read_head(view, pos, n, events)
+                    continue
+                take = min(self._left, n - pos)
+                piece = view[pos:pos + take]
+                self._parts.append(piece)
+                if self._verdict == self.PASS:
+                    events.append(("pass", piece))
+                pos += take
+                self._left -= take
+                if not self._left:
+                    self._complete(events)
+                    if self.opaque:
+                        if pos < n:
+                            events.append(("opaque", bytes(view[pos:])))
+                        break
+        except framing.FrameError as exc:
+            self.error = str(exc)
+            pos = getattr(exc, "pos", pos)
+            events.append(("opaque", self.go_opaque() + bytes(view[pos:])))
         return events
 
     def _check_size(self) -> int:
@@ -473,7 +483,11 @@ class StreamSplitter:
             pos += take
             if len(self._head) < 4:
                 return pos
-        size = self._check_size()
+        try:
+            size = self._check_size()
+        except framing.FrameError as exc:
+            exc.pos = pos  # the prefix is in _head already
+            raise
         want = 4 + min(self.peek, size)
         take = min(want - len(self._head), n - pos)
         self._head += view[pos:pos + take]
@@ -554,24 +568,19 @@ class _Conn:
                 if writer.can_write_eof():
                     writer.write_eof()
                 return
-            if self.opaque:
-                writer.write(data)
-                await writer.drain()
-                continue
-            try:
-                events = split.feed(data)
-            except framing.FrameError as exc:
-                await self._go_opaque(split, writer, f"client stream: {exc}")
-                continue
-            mono, wall = time.monotonic_ns(), time.time_ns() // 1_000_000
             passes: list = []
+            if self.opaque and not split.opaque:
+                passes.append(split.go_opaque())
+            events = split.feed(data)
+            mono, wall = time.monotonic_ns(), time.time_ns() // 1_000_000
             no_response: list[RawExchange] = []
             try:
                 for ev in events:
-                    if ev[0] == "pass":
+                    if ev[0] != "frame":
                         passes.append(ev[1])
                     else:
                         await self._request(ev[1], ev[2], mono, wall, passes, no_response, writer)
+                self._framing_broke(split, "client stream")
                 _write_passes(writer, passes)
             finally:  # handed off even when cancelled mid-batch (no await in hand_off)
                 self.proxy.hand_off(no_response)
@@ -622,12 +631,14 @@ class _Conn:
         await self.client_writer.drain()
         return False
 
-    async def _go_opaque(self, split: StreamSplitter, writer, why: str) -> None:
+    def _framing_broke(self, split: StreamSplitter, stream: str) -> None:
+        """After an impossible size prefix both directions are forwarded opaque (gap row)."""
+        if split.error is None or self.opaque:
+            return
         self.opaque = True
         self.proxy.stats.opaque_connections += 1
-        self.proxy.sink and self.proxy.sink.record_gap(0, f"connection {self.id} forwarded opaque from here: {why}", self.id)
-        writer.write(split.pending_bytes)
-        await writer.drain()
+        self.proxy.sink and self.proxy.sink.record_gap(
+            0, f"connection {self.id} forwarded opaque from here: {stream}: {split.error}", self.id)
 
     # -- broker -> client -------------------------------------------------------------------
 
@@ -649,16 +660,11 @@ class _Conn:
             data = await reader.read(READ_BYTES)
             if not data:
                 return
-            if self.opaque and not split.opaque:
-                split.opaque = True
-            try:
-                events = split.feed(data)
-            except framing.FrameError as exc:
-                await self._go_opaque(split, writer, f"broker stream: {exc}")
-                split.opaque = True
-                continue
-            mono, wall = time.monotonic_ns(), time.time_ns() // 1_000_000
             passes: list = []
+            if self.opaque and not split.opaque:
+                passes.append(split.go_opaque())
+            events = split.feed(data)
+            mono, wall = time.monotonic_ns(), time.time_ns() // 1_000_000
             done: list[RawExchange] = []
             try:
                 for ev in events:
@@ -666,6 +672,7 @@ class _Conn:
                         passes.append(ev[1])
                     else:
                         await self._response(ev[1], ev[2], mono, wall, passes, done, writer)
+                self._framing_broke(split, "broker stream")
                 _write_passes(writer, passes)
             finally:  # handed off even when cancelled mid-batch (no await in hand_off)
                 self.proxy.hand_off(done)

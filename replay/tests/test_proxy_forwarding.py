@@ -115,10 +115,15 @@ def test_splitter_stops_after_a_hold_last_frame_and_refuses_bad_sizes() -> None:
     events = split.feed(first + after)
     assert events == [("frame", b"\x00\x00\x00\x01sasl", True), ("opaque", after)]
     assert split.feed(b"more") == [("opaque", b"more")]
-    bad = StreamSplitter(4, lambda prefix: StreamSplitter.PASS)
-    with pytest.raises(framing.FrameError):
-        bad.feed(b"\xff\xff\xff\xf0abcd")
-    assert bad.pending_bytes == b"\xff\xff\xff\xf0"
+    # an impossible size: the frame before it goes on as usual, then everything raw
+    good = framing.size_prefixed(b"\x00\x00\x00\x09ok")
+    for cut in (len(good) + 2, len(good) + 4, len(good) + 6):
+        bad = StreamSplitter(4, lambda prefix: StreamSplitter.PASS)
+        stream = good + b"\xff\xff\xff\xf0abcd"
+        events = bad.feed(stream[:cut]) + bad.feed(stream[cut:])
+        assert b"".join(bytes(e[1]) for e in events if e[0] != "frame") == stream
+        assert [e[1] for e in events if e[0] == "frame"] == [b"\x00\x00\x00\x09ok"]
+        assert bad.opaque and "negative" in bad.error
 
 
 # --- hand-off ----------------------------------------------------------------------------------
@@ -215,3 +220,36 @@ def test_process_sink_ships_batches_as_rows(tmp_path) -> None:
         sink.close()
     table, _ = read_trace(str(tmp_path))
     assert sorted(table["seq"].to_pylist()) == [1, 2, 3]
+
+
+def test_broken_framing_goes_opaque_after_the_good_frames(cluster) -> None:
+    import socket
+
+    sink = GapKeepingSink()
+    with ThreadedCaptureProxy(cluster.bootstrap_servers, sink=sink) as proxy:
+        host, port = proxy.bootstrap_servers.split(":")
+        req = framing.encode_request(payloads.build(framing.request_schema(18, 3), client_software_name="t",
+                                                    client_software_version="1"), 11)
+        with socket.create_connection((host, int(port)), timeout=30) as s:
+            s.sendall(req + b"\xff\xff\xff\xf0garbage")  # answered, then the broker closes
+            got = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                got += chunk
+        assert int.from_bytes(got[4:8], "big") == 11  # the good request was answered
+        deadline = time.monotonic() + 30
+        while not sink.items and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert [x.correlation_id for x in sink.items] == [11]
+    assert any("forwarded opaque" in r and "negative frame size" in r for _, r in sink.gaps)
+
+
+class GapKeepingSink(KeepingSink):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gaps: list = []
+
+    def record_gap(self, count, reason, connection_id=None) -> None:
+        self.gaps.append((count, reason))
