@@ -17,8 +17,8 @@ two sides of a ratio see the same machine load:
 * produce acks=1: one 100 B value in flight (linger.ms=0), `produce()` to its delivery report.
 
 Throughput cells are medians over the repetitions; latency percentiles pool every sample.
-"capture CPU ms/MB" is the CPU time (user + system) of the proxy process and its trace
-writer child per MB of values, median over the proxied runs: the cost itself, which the
+"capture CPU" is the CPU time (user + system) of the proxy process and its trace
+writer child per MB of values (median over the proxied runs) or per round trip: the cost itself, which the
 throughput ratio shows only once the machine has no CPU to spare.
 The load average (1 min) is read after each row's last measurement: on the project's
 shared 2-core machine broker, proxy, trace writer and client compete for CPU.
@@ -67,6 +67,13 @@ class Row:
         return statistics.median(self.proxy_cpu_s) * 1000 / mb
 
     @property
+    def cpu_us_per_request(self) -> float | None:
+        """The same for a round-trip row: capture CPU per request/response pair."""
+        if not self.proxy_cpu_s or not self.latency or not self.proxied:
+            return None
+        return sum(self.proxy_cpu_s) * 1e6 / len(self.proxied)
+
+    @property
     def latency(self) -> bool:
         return self.workload in LATENCY
 
@@ -98,7 +105,8 @@ class Row:
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d.update(ratio=self.ratio, added_p50_ms=self.added_p50, met=self.met, cpu_ms_per_mb=self.cpu_ms_per_mb)
+        d.update(ratio=self.ratio, added_p50_ms=self.added_p50, met=self.met, cpu_ms_per_mb=self.cpu_ms_per_mb,
+                 cpu_us_per_request=self.cpu_us_per_request)
         return d
 
 
@@ -261,8 +269,10 @@ def bench_target(spec: str, n: int, m: int, value_bytes: int, repeat: int, log: 
                         _measured(rows["produce"], mode, pid, lambda: produce_run(bs, topic, n, value)))
                     getattr(rows["consume"], mode).append(
                         _measured(rows["consume"], mode, pid, lambda: consume_run(bs, topic, n)))
-                    getattr(rows["ApiVersions"], mode).extend(api_versions_run(bs, m))
-                    getattr(rows["produce acks=1"], mode).extend(produce_ack_run(bs, topic, m))
+                    getattr(rows["ApiVersions"], mode).extend(
+                        _measured(rows["ApiVersions"], mode, pid, lambda: api_versions_run(bs, m)))
+                    getattr(rows["produce acks=1"], mode).extend(
+                        _measured(rows["produce acks=1"], mode, pid, lambda: produce_ack_run(bs, topic, m)))
                     log(f"  {spec} repeat {r + 1} {mode}: produce {rows['produce'].__dict__[mode][-1]:.0f}/s, "
                         f"consume {rows['consume'].__dict__[mode][-1]:.0f}/s, load {os.getloadavg()[0]:.2f}")
                 for row in rows.values():
@@ -284,12 +294,12 @@ def _f(v: float | None, fmt: str) -> str:
 
 
 def table(rows: list[Row]) -> str:
-    head = ("target", "workload", "direct", "proxied", "ratio", "capture CPU ms/MB", "direct p50/p99 ms",
+    head = ("target", "workload", "direct", "proxied", "ratio", "capture CPU", "direct p50/p99 ms",
             "proxied p50/p99 ms", "added p50 ms", "load 1m", "met")
     lines = [head]
     for r in rows:
         if r.latency:
-            cells = ("-", "-", "-", "-", f"{_f(r.pct('direct', 50), '.3f')}/{_f(r.pct('direct', 99), '.3f')}",
+            cells = ("-", "-", "-", f"{_f(r.cpu_us_per_request, '.0f')} us/req", f"{_f(r.pct('direct', 50), '.3f')}/{_f(r.pct('direct', 99), '.3f')}",
                      f"{_f(r.pct('proxied', 50), '.3f')}/{_f(r.pct('proxied', 99), '.3f')}", _f(r.added_p50, "+.3f"))
         else:
             mb = r.value_bytes / 1e6
@@ -297,7 +307,7 @@ def table(rows: list[Row]) -> str:
             def fmt(v: float | None) -> str:
                 return "-" if v is None else f"{v:.0f} msg/s {v * mb:.1f} MB/s"
 
-            cells = (fmt(r.mid("direct")), fmt(r.mid("proxied")), _f(r.ratio, ".2f"), _f(r.cpu_ms_per_mb, ".1f"),
+            cells = (fmt(r.mid("direct")), fmt(r.mid("proxied")), _f(r.ratio, ".2f"), f"{_f(r.cpu_ms_per_mb, '.1f')} ms/MB",
                      "-", "-", "-")
         lines.append((r.target, r.workload, *cells, f"{r.load:.2f}", {True: "yes", False: "NO", None: "-"}[r.met]))
     widths = [max(len(str(line[i])) for line in lines) for i in range(len(head))]
