@@ -200,7 +200,7 @@ def test_bulk_responses_reach_the_writer_undecoded(cluster) -> None:
     assert fetches and produces
     # the forwarding path decoded no Produce or Fetch response; Metadata it did (rewriting)
     assert all(x.response_body is None and x.addresses_rewritten == 0 for x in fetches + produces)
-    assert all(x.response_body is not None for x in by_api[ApiKey.METADATA])
+    assert all(x.response_body is not None for x in by_api[ApiKey.METADATA] if x.response_frame is not None)
     assert sorted(x.seq for x in sink.items) == list(range(1, len(sink.items) + 1))
     assert sink.batches < len(sink.items)  # handed over in batches
 
