@@ -199,12 +199,15 @@ class CaptureProxy:
             await lst.server.wait_closed()
 
     async def _stop_emitter(self, grace_s: float) -> None:
-        """Let the sink take the backlog (bounded by `grace_s`), then record the rest as gaps."""
+        """Let the sink take the backlog while it makes progress (stuck for `grace_s`: give
+        up), then record the rest as gaps."""
         if self._emitter is None:
             return
-        deadline = time.monotonic() + grace_s
+        deadline, taken = time.monotonic() + grace_s, self._next_seq
         while self._backlog and time.monotonic() < deadline and not self._emitter.done():
             await asyncio.sleep(0.01)
+            if self._next_seq != taken:  # the sink took some: keep waiting
+                deadline, taken = time.monotonic() + grace_s, self._next_seq
         self._emitter.cancel()
         await asyncio.gather(self._emitter, return_exceptions=True)
         self._emitter = None
