@@ -240,7 +240,7 @@ def table_lines(result: dict[str, Any]) -> list[str]:
 
 # suite name -> module with `main(argv) -> int` (each takes --quick and --json OUT)
 OTHER_SUITES = {
-    "proxy": "benchmarks.proxy_overhead",
+    "proxy": "benchmarks.proxy_bench",
     "trace-check": "benchmarks.trace_check_bench",
     "trace-diff": "benchmarks.trace_diff_bench",
     "certify": "benchmarks.certify_bench",

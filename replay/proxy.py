@@ -1,26 +1,33 @@
 """Kafka-protocol-aware capture proxy (asyncio).
 
-One listener per upstream broker. The forwarding path only splits frames and peeks at
-request headers (api key/version/correlation id) so the matching response can be
-decoded later; a response is decoded and re-encoded on the path only when it may carry
-broker endpoints (Metadata, FindCoordinator, DescribeCluster, and Produce/Fetch/
-ShareFetch/ShareAcknowledge versions with ``node_endpoints``), so that every endpoint
-handed to a client points at a proxy listener (new listeners open for brokers first seen
-in a response). Everything else is forwarded byte for byte.
+One listener per upstream broker. The forwarding path is cut-through (`StreamSplitter`):
+frame bytes go on as they arrive, with only the header peeked (api key/version/correlation
+id) so the matching response can be paired later. A frame is held whole only when it must
+be inspected: a response whose schema may carry broker endpoints (Metadata,
+FindCoordinator, DescribeCluster, and Produce/Fetch/ShareFetch/ShareAcknowledge versions
+with ``node_endpoints``), so that every endpoint handed to a client points at a proxy
+listener (new listeners open for brokers first seen in a response); and, with a request
+fault hook, every request. Produce/Fetch responses are decoded only when a skip walk finds
+the endpoint tag (`address_rewrite.may_carry_endpoints`). Everything else is forwarded
+byte for byte, never decoded.
 
-Recording is off the path: each finished exchange (frames + timings) goes to a sink's
-non-blocking `offer()`; when the sink is full the connection awaits space (back-pressure
-on that client, nothing dropped). Exchanges that cannot be recorded are reported to the
-sink as gaps (`record_gap(count, reason)`).
+Recording is off the path: finished exchanges (frames + timings) go, one list per read, to
+`hand_off()`, which never waits; one emitter task offers them to the sink in order
+(`offer_many` when the sink has it, else `offer`) and waits while the sink is full
+(back-pressure on the trace, not on the clients). Exchanges that cannot be recorded are
+reported to the sink as gaps (`record_gap(count, reason)`), including a hand-off backlog
+over `handoff_max_bytes`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import itertools
 import logging
 import multiprocessing
+import operator
 import os
 import queue
 import struct
@@ -121,6 +128,7 @@ class ProxyStats:
     rewritten_responses: int = 0
     backpressure_waits: int = 0
     backpressure_ns: int = 0
+    handoff_gaps: int = 0
     opaque_connections: int = 0
     upstream_connect_failures: int = 0
     listeners: list = field(default_factory=list)
@@ -139,6 +147,7 @@ class CaptureProxy:
         *,
         advertised_host: str | None = None,
         max_block_s: float | None = None,
+        handoff_max_bytes: int = 64 << 20,
     ) -> None:
         self.upstreams = [parse_hostport(u) for u in upstream.split(",") if u.strip()]
         if not self.upstreams:
@@ -147,6 +156,11 @@ class CaptureProxy:
         self.advertised_host = advertised_host or self.listen_host
         self.sink = sink
         self.max_block_s = max_block_s
+        self.handoff_max_bytes = handoff_max_bytes
+        self._backlog: collections.deque = collections.deque()
+        self._backlog_bytes = 0
+        self._backlog_event = asyncio.Event()
+        self._emitter: asyncio.Task | None = None
         self.half_close_s = 30.0
         self.listeners: dict[tuple[str, int], Listener] = {}
         self._next_port = self.listen_port
@@ -165,6 +179,7 @@ class CaptureProxy:
 
     async def start(self) -> None:
         warm_up_rewrite_schemas()
+        self._emitter = asyncio.create_task(self._run_emitter())
         for up in self.upstreams:
             await self.listener_for(up)
 
@@ -179,8 +194,27 @@ class CaptureProxy:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self._stop_emitter(grace_s)
         for lst in self.listeners.values():
             await lst.server.wait_closed()
+
+    async def _stop_emitter(self, grace_s: float) -> None:
+        """Let the sink take the backlog while it makes progress (stuck for `grace_s`: give
+        up), then record the rest as gaps."""
+        if self._emitter is None:
+            return
+        deadline, taken = time.monotonic() + grace_s, self._next_seq
+        while self._backlog and time.monotonic() < deadline and not self._emitter.done():
+            await asyncio.sleep(0.01)
+            if self._next_seq != taken:  # the sink took some: keep waiting
+                deadline, taken = time.monotonic() + grace_s, self._next_seq
+        self._emitter.cancel()
+        await asyncio.gather(self._emitter, return_exceptions=True)
+        self._emitter = None
+        while self._backlog:
+            items, size = self._backlog.popleft()
+            self._backlog_bytes -= size
+            self.sink.record_gap(len(items), "proxy stopped while waiting for the trace writer", items[0].connection_id)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -218,13 +252,13 @@ class CaptureProxy:
                 self._conn_tasks.discard(task)
 
         if self.listen_port == 0:
-            return await asyncio.start_server(on_connect, self.listen_host, 0)
+            return await asyncio.start_server(on_connect, self.listen_host, 0, limit=STREAM_LIMIT)
         last: OSError | None = None
         for _ in range(1000):
             port = self._next_port
             self._next_port += 1
             try:
-                return await asyncio.start_server(on_connect, self.listen_host, port)
+                return await asyncio.start_server(on_connect, self.listen_host, port, limit=STREAM_LIMIT)
             except OSError as exc:
                 if port == self.listen_port and not self.listeners:
                     raise OSError(f"cannot listen on {self.listen_host}:{port}: {exc.strerror}") from exc
@@ -239,7 +273,7 @@ class CaptureProxy:
         peer = c_writer.get_extra_info("peername") or ("?", 0)
         local = c_writer.get_extra_info("sockname") or ("?", 0)
         try:
-            u_reader, u_writer = await asyncio.open_connection(*upstream)
+            u_reader, u_writer = await asyncio.open_connection(*upstream, limit=STREAM_LIMIT)
         except OSError as exc:
             self.stats.upstream_connect_failures += 1
             log.warning("conn %s: upstream %s:%s unreachable: %s", conn_id, *upstream, exc)
@@ -267,41 +301,89 @@ class CaptureProxy:
                 self._writers.discard(w)
             await conn.connection_closed()
 
-    async def emit(self, item: Any) -> None:
-        """Hand an exchange to the sink, awaiting space when it is full (back-pressure)."""
-        if self.sink is None:
+    def hand_off(self, items: list[RawExchange]) -> None:
+        """Queue finished exchanges for the sink without ever waiting: the forwarding path
+        goes on whatever the writer does. A backlog over `handoff_max_bytes` (the writer
+        far behind) is recorded as a gap instead of stalling every client."""
+        if self.sink is None or not items:
             return
-        if self._offer(item):
+        size = sum(len(x.request_frame) + len(x.response_frame or b"") for x in items)
+        if self._backlog_bytes + size > self.handoff_max_bytes and self._backlog:
+            self.stats.handoff_gaps += len(items)
+            self.sink.record_gap(len(items), f"trace writer backlog: hand-off buffer over {self.handoff_max_bytes} "
+                                             "bytes", items[0].connection_id)
             return
-        self.stats.backpressure_waits += 1
-        start = time.monotonic_ns()
+        self._backlog.append((items, size))
+        self._backlog_bytes += size
+        self._backlog_event.set()
+
+    async def _run_emitter(self) -> None:
+        """The one consumer of the hand-off backlog: numbers exchanges in FIFO order and
+        offers them to the sink, batched when the sink takes batches (`offer_many`);
+        waits (back-pressure on the trace only) while the sink is full."""
+        while True:
+            await self._backlog_event.wait()
+            self._backlog_event.clear()
+            while self._backlog:
+                items, size = self._backlog[0]
+                try:
+                    await self._offer_all(items)
+                except Exception as exc:  # noqa: BLE001 - a broken sink loses rows, never the proxy
+                    log.exception("trace sink failed")
+                    self.sink.record_gap(len(items), f"trace sink failed: {exc}", items[0].connection_id)
+                finally:
+                    self._backlog.popleft()
+                    self._backlog_bytes -= size
+
+    async def _offer_all(self, items: list[RawExchange]) -> None:
+        start = None
         delay = 0.001
         try:
-            while not self._offer(item):
-                waited = (time.monotonic_ns() - start) / 1e9
+            while items:
+                taken = self._offer_some(items)
+                if taken:
+                    items = items[taken:]
+                    continue
+                now = time.monotonic_ns()
+                if start is None:
+                    start = now
+                    self.stats.backpressure_waits += 1
+                waited = (now - start) / 1e9
                 if self.max_block_s is not None and waited >= self.max_block_s:
-                    self.sink.record_gap(1, f"trace writer backlog: waited {waited:.2f}s > max_block_s",
-                                         item.connection_id)
-                    break
+                    self.sink.record_gap(len(items), f"trace writer backlog: waited {waited:.2f}s > max_block_s",
+                                         items[0].connection_id)
+                    return
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.005)
         except asyncio.CancelledError:
-            self.sink.record_gap(1, "proxy stopped while waiting for the trace writer", item.connection_id)
+            if items:
+                self.sink.record_gap(len(items), "proxy stopped while waiting for the trace writer",
+                                     items[0].connection_id)
             raise
-        self.stats.backpressure_ns += time.monotonic_ns() - start
+        finally:
+            if start is not None:
+                self.stats.backpressure_ns += time.monotonic_ns() - start
 
-    def _offer(self, item: Any) -> bool:
-        # seq is the order of the sink's FIFO (no await between numbering and offer), so
+    def _offer_some(self, items: list[RawExchange]) -> int:
+        # seq is the order of the sink's FIFO (numbered at the moment of the hand-off), so
         # the completed segments of a killed recorder hold exactly seq 1..N
-        item.seq = self._next_seq
-        if self.sink.offer(item):
-            self._next_seq += 1
-            return True
-        return False
+        for i, x in enumerate(items):
+            x.seq = self._next_seq + i
+        offer_many = getattr(self.sink, "offer_many", None)
+        if offer_many is not None:
+            taken = offer_many(items)
+        else:
+            taken = 0
+            for x in items:
+                if not self.sink.offer(x):
+                    break
+                taken += 1
+        self._next_seq += taken
+        return taken
 
     async def rewrite_response(self, frame: bytes, p: _Pending) -> tuple[bytes, Any, int]:
         """(frame to send, decoded body or None, endpoints rewritten)."""
-        if not address_rewrite.needs_rewrite_check(p.api_key, p.api_version):
+        if not address_rewrite.may_carry_endpoints(frame, p.api_key, p.api_version):
             return frame, None, 0
         try:
             decoded = framing.decode_response_frame(frame, p.api_key, p.api_version)
@@ -321,6 +403,138 @@ class CaptureProxy:
         self.stats.rewritten_responses += 1
         out = framing.encode_response(new_body, decoded.correlation_id, p.api_key, p.api_version)[4:]
         return out, decoded.body, n
+
+
+class StreamSplitter:
+    """Cut-through frame splitting of one direction of a connection.
+
+    Kafka frames are forwarded as their bytes arrive: a 1 MiB Fetch response is not held
+    until its last byte (store-and-forward would add its whole transfer time to every
+    round trip). Once the first `peek` bytes of a frame are in, `decide(prefix)` says
+    PASS (forward as it comes), HOLD (the caller forwards it once complete: rewriting,
+    faults) or HOLD_LAST (as HOLD, and the stream stops being Kafka framing after it:
+    legacy SASL). `feed()` returns, in stream order, ("pass", bytes) to forward now,
+    ("frame", frame, held) for each completed frame (its bytes for the trace) and
+    ("opaque", bytes) for bytes after a HOLD_LAST frame."""
+
+    PASS, HOLD, HOLD_LAST = 0, 1, 2
+
+    def __init__(self, peek: int, decide: Any, max_frame_bytes: int = framing.DEFAULT_MAX_FRAME_BYTES) -> None:
+        self.peek = peek
+        self.decide = decide
+        self.max = max_frame_bytes
+        self.opaque = False
+        self._head = bytearray()  # size prefix + first bytes of an undecided frame
+        self._parts: list[Any] = []  # the current frame's bytes so far
+        self._left = 0  # bytes of the current frame still to come
+        self._verdict = -1  # -1: between frames (or undecided)
+        self.error: str | None = None  # why the stream stopped being Kafka framing
+
+    def go_opaque(self) -> bytes:
+        """Stop splitting; the bytes read but not forwarded yet, to forward first."""
+        self.opaque = True
+        if self._verdict == self.PASS:
+            rest = b""
+        elif self._verdict < 0:
+            rest = bytes(self._head)
+        else:
+            rest = framing.size_prefixed(b"".join(self._parts))
+        self._head, self._parts, self._verdict = bytearray(), [], -1
+        return rest
+
+    def feed(self, data: bytes) -> list[tuple]:
+        """Events of one read. An impossible size prefix ends the splitting: the frames
+        before it are returned as usual (Kafka answers them before it closes), then
+        ("opaque", the bytes from that prefix on), and `error` says why."""
+        if self.opaque:
+            return [("opaque", data)]
+        events: list[tuple] = []
+        view, pos, n = memoryview(data), 0, len(data)
+        try:
+            while pos < n:
+                if self._verdict < 0:
+                    pos = self._read_head(view, pos, n, events)
+                    continue
+                take = min(self._left, n - pos)
+                piece = view[pos:pos + take]
+                self._parts.append(piece)
+                if self._verdict == self.PASS:
+                    events.append(("pass", piece))
+                pos += take
+                self._left -= take
+                if not self._left:
+                    self._complete(events)
+                    if self.opaque:
+                        if pos < n:
+                            events.append(("opaque", bytes(view[pos:])))
+                        break
+        except framing.FrameError as exc:
+            self.error = str(exc)
+            pos = getattr(exc, "pos", pos)
+            events.append(("opaque", self.go_opaque() + bytes(view[pos:])))
+        return events
+
+    def _check_size(self) -> int:
+        (size,) = struct.unpack_from(">i", self._head, 0)
+        framing.check_frame_size(size, self.max)
+        return size
+
+    def _read_head(self, view: memoryview, pos: int, n: int, events: list) -> int:
+        if len(self._head) < 4:
+            take = min(4 - len(self._head), n - pos)
+            self._head += view[pos:pos + take]
+            pos += take
+            if len(self._head) < 4:
+                return pos
+        try:
+            size = self._check_size()
+        except framing.FrameError as exc:
+            exc.pos = pos  # the prefix is in _head already
+            raise
+        want = 4 + min(self.peek, size)
+        take = min(want - len(self._head), n - pos)
+        self._head += view[pos:pos + take]
+        pos += take
+        if len(self._head) < want:
+            return pos
+        body = bytes(self._head[4:])
+        self._verdict = self.decide(body)
+        self._parts = [body]
+        self._left = size - len(body)
+        if self._verdict == self.PASS:
+            events.append(("pass", bytes(self._head)))
+        self._head = bytearray()
+        if not self._left:
+            self._complete(events)
+        return pos
+
+    def _complete(self, events: list) -> None:
+        parts = self._parts
+        frame = bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
+        events.append(("frame", frame, self._verdict != self.PASS))
+        if self._verdict == self.HOLD_LAST:
+            self.opaque = True
+        self._parts, self._verdict = [], -1
+
+
+def _write_frame(writer: asyncio.StreamWriter, frame: bytes) -> None:
+    if len(frame) < 65536:
+        writer.write(framing.size_prefixed(frame))
+    else:  # no copy of a large frame just to prefix it
+        writer.write(struct.pack(">i", len(frame)))
+        writer.write(frame)
+
+
+def _write_passes(writer: asyncio.StreamWriter, pieces: list) -> None:
+    if len(pieces) == 1:
+        writer.write(pieces[0])
+    elif pieces:
+        writer.write(b"".join(pieces))
+    pieces.clear()
+
+
+READ_BYTES = 1 << 18
+STREAM_LIMIT = 1 << 20
 
 
 class _Conn:
@@ -343,50 +557,59 @@ class _Conn:
             request_wall_ms=p.wall_ms, request_frame=p.frame, **kw,
         )
 
+    # -- client -> broker -------------------------------------------------------------------
+
+    def _decide_request(self, prefix: bytes) -> int:
+        # a fault hook judges whole requests; without one every request is cut through
+        return StreamSplitter.HOLD if self.proxy.request_hook is not None else StreamSplitter.PASS
+
     async def client_to_upstream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        frames = framing.FrameReader()
+        split = StreamSplitter(8, self._decide_request)
         while True:
-            data = await reader.read(1 << 16)
+            data = await reader.read(READ_BYTES)
             if not data:
                 if writer.can_write_eof():
                     writer.write_eof()
                 return
-            if self.opaque:
-                writer.write(data)
-                await writer.drain()
-                continue
+            passes: list = []
+            if self.opaque and not split.opaque:
+                passes.append(split.go_opaque())
+            events = split.feed(data)
+            mono, wall = time.monotonic_ns(), time.time_ns() // 1_000_000
+            no_response: list[RawExchange] = []
             try:
-                batch = frames.feed(data)
-            except framing.FrameError as exc:
-                await self._go_opaque(frames, data, writer, f"client stream: {exc}")
-                continue
-            out = bytearray()
-            no_response: list[_Pending] = []
-            for frame in batch:
-                mono, wall = time.monotonic_ns(), time.time_ns() // 1_000_000
-                try:
-                    key, ver, corr = framing.peek_request_header(frame)
-                except framing.FrameError:
-                    key, ver, corr = -1, -1, -1
-                verdict = self._fault_verdict(key, ver, frame)
-                if verdict is not None:
-                    if out:  # what came before the faulted request goes on in order
-                        writer.write(bytes(out))
-                        await writer.drain()
-                        out.clear()
-                    if not await self._apply_fault(verdict, key, ver, corr, writer):
-                        continue
-                p = _Pending(key, ver, corr, mono, wall, frame)
-                self.proxy.stats.requests += 1
-                if key == ApiKey.PRODUCE and produce_acks(frame, ver) == 0:
-                    no_response.append(p)
-                else:
-                    self.pending[corr] = p
-                out += framing.size_prefixed(frame)
-            if out:
-                writer.write(bytes(out))
-                await writer.drain()
-            await self._emit_all([self._exchange(p, status=ts.STATUS_NO_RESPONSE_EXPECTED) for p in no_response])
+                for ev in events:
+                    if ev[0] != "frame":
+                        passes.append(ev[1])
+                    else:
+                        await self._request(ev[1], ev[2], mono, wall, passes, no_response, writer)
+                self._framing_broke(split, "client stream")
+                _write_passes(writer, passes)
+            finally:  # handed off even when cancelled mid-batch (no await in hand_off)
+                self.proxy.hand_off(no_response)
+            await writer.drain()
+
+    async def _request(self, frame: bytes, held: bool, mono: int, wall: int, passes: list,
+                       no_response: list[RawExchange], writer: asyncio.StreamWriter) -> None:
+        """Book a complete request (its bytes already went out unless `held`): pending until
+        its response, or a finished exchange when Produce acks=0 gets none."""
+        try:
+            key, ver, corr = framing.peek_request_header(frame)
+        except framing.FrameError:
+            key, ver, corr = -1, -1, -1
+        if held:  # held for the fault hook
+            _write_passes(writer, passes)
+            verdict = self._fault_verdict(key, ver, frame)
+            if verdict is not None and not await self._apply_fault(verdict, key, ver, corr, writer):
+                return
+        p = _Pending(key, ver, corr, mono, wall, frame)
+        self.proxy.stats.requests += 1
+        if key == ApiKey.PRODUCE and produce_acks(frame, ver) == 0:
+            no_response.append(self._exchange(p, status=ts.STATUS_NO_RESPONSE_EXPECTED))
+        else:
+            self.pending[corr] = p
+        if held:
+            _write_frame(writer, frame)
 
     def _fault_verdict(self, key: int, ver: int, frame: bytes) -> Any:
         hook = self.proxy.request_hook
@@ -411,66 +634,80 @@ class _Conn:
         await self.client_writer.drain()
         return False
 
-    async def _go_opaque(self, frames: framing.FrameReader, data: bytes, writer, why: str) -> None:
+    def _framing_broke(self, split: StreamSplitter, stream: str) -> None:
+        """After an impossible size prefix both directions are forwarded opaque (gap row)."""
+        if split.error is None or self.opaque:
+            return
         self.opaque = True
         self.proxy.stats.opaque_connections += 1
-        self.proxy.sink and self.proxy.sink.record_gap(0, f"connection {self.id} forwarded opaque from here: {why}", self.id)
-        pending = bytes(frames._buf)
-        writer.write(pending)
-        await writer.drain()
+        self.proxy.sink and self.proxy.sink.record_gap(
+            0, f"connection {self.id} forwarded opaque from here: {stream}: {split.error}", self.id)
+
+    # -- broker -> client -------------------------------------------------------------------
+
+    def _decide_response(self, prefix: bytes) -> int:
+        """Hold only responses whose schema can carry endpoints, and the legacy SASL
+        handshake's (after it the stream is raw SASL tokens)."""
+        p = self.pending.get(struct.unpack_from(">i", prefix, 0)[0])
+        if p is None:
+            return StreamSplitter.PASS
+        if p.api_key == ApiKey.SASL_HANDSHAKE and p.api_version == 0:
+            return StreamSplitter.HOLD_LAST
+        if address_rewrite.needs_rewrite_check(p.api_key, p.api_version):
+            return StreamSplitter.HOLD
+        return StreamSplitter.PASS
 
     async def upstream_to_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        frames = framing.FrameReader()
+        split = StreamSplitter(4, self._decide_response)
         while True:
-            data = await reader.read(1 << 16)
+            data = await reader.read(READ_BYTES)
             if not data:
                 return
-            if self.opaque:
-                writer.write(data)
-                await writer.drain()
-                continue
-            try:
-                batch = frames.feed(data)
-            except framing.FrameError as exc:
-                await self._go_opaque(frames, data, writer, f"broker stream: {exc}")
-                continue
+            passes: list = []
+            if self.opaque and not split.opaque:
+                passes.append(split.go_opaque())
+            events = split.feed(data)
+            mono, wall = time.monotonic_ns(), time.time_ns() // 1_000_000
             done: list[RawExchange] = []
-            for frame in batch:
-                mono, wall = time.monotonic_ns(), time.time_ns() // 1_000_000
-                corr = struct.unpack_from(">i", frame, 0)[0] if len(frame) >= 4 else None
-                p = self.pending.pop(corr, None)
-                self.proxy.stats.responses += 1
-                if p is None:
-                    writer.write(framing.size_prefixed(frame))
-                    self.proxy.sink and self.proxy.sink.record_gap(
-                        1, f"response with unknown correlation id {corr} on connection {self.id}", self.id)
-                    continue
-                out, body, n = await self.proxy.rewrite_response(frame, p)
-                writer.write(framing.size_prefixed(out))
-                done.append(self._exchange(p, response_mono_ns=mono, response_wall_ms=wall, response_frame=frame,
-                                           response_body=body, addresses_rewritten=n))
-                if p.api_key == ApiKey.SASL_HANDSHAKE and p.api_version == 0:
-                    self.opaque = True  # legacy SASL: raw tokens follow; not traced
-                    self.proxy.sink and self.proxy.sink.record_gap(
-                        0, f"connection {self.id}: SaslHandshake v0, raw SASL tokens and later traffic not traced",
-                        self.id)
-            await writer.drain()
-            await self._emit_all(done)
-
-    async def _emit_all(self, items: list[RawExchange]) -> None:
-        for i, x in enumerate(items):
             try:
-                await self.proxy.emit(x)
-            except asyncio.CancelledError:
-                rest = len(items) - i - 1  # emit() itself reported the one it was holding
-                if rest and self.proxy.sink is not None:
-                    self.proxy.sink.record_gap(rest, "proxy stopped while waiting for the trace writer", self.id)
-                raise
+                for ev in events:
+                    if ev[0] != "frame":
+                        passes.append(ev[1])
+                    else:
+                        await self._response(ev[1], ev[2], mono, wall, passes, done, writer)
+                self._framing_broke(split, "broker stream")
+                _write_passes(writer, passes)
+            finally:  # handed off even when cancelled mid-batch (no await in hand_off)
+                self.proxy.hand_off(done)
+            await writer.drain()
+
+    async def _response(self, frame: bytes, held: bool, mono: int, wall: int, passes: list,
+                        done: list[RawExchange], writer: asyncio.StreamWriter) -> None:
+        corr = struct.unpack_from(">i", frame, 0)[0]
+        p = self.pending.pop(corr, None)
+        self.proxy.stats.responses += 1
+        if p is None:
+            if held:
+                passes.append(framing.size_prefixed(frame))
+            self.proxy.sink and self.proxy.sink.record_gap(
+                1, f"response with unknown correlation id {corr} on connection {self.id}", self.id)
+            return
+        x = self._exchange(p, response_mono_ns=mono, response_wall_ms=wall, response_frame=frame)
+        done.append(x)
+        if held:
+            _write_passes(writer, passes)
+            out, x.response_body, x.addresses_rewritten = await self.proxy.rewrite_response(frame, p)
+            _write_frame(writer, out)
+        if p.api_key == ApiKey.SASL_HANDSHAKE and p.api_version == 0:
+            self.opaque = True  # legacy SASL: raw tokens follow; not traced
+            self.proxy.sink and self.proxy.sink.record_gap(
+                0, f"connection {self.id}: SaslHandshake v0, raw SASL tokens and later traffic not traced", self.id)
 
     async def connection_closed(self) -> None:
         items = [self._exchange(p, status=ts.STATUS_CONNECTION_CLOSED) for p in self.pending.values()]
         self.pending.clear()
-        await self._emit_all(items)
+        if items:
+            self.proxy.hand_off(items)
 
 
 class ProcessTraceSink:
@@ -510,21 +747,25 @@ class ProcessTraceSink:
         return self
 
     def offer(self, item: Any) -> bool:
-        if self._closed:
-            return False
-        size = len(item.request_frame) + len(item.response_frame or b"")
+        return self.offer_many([item]) == 1
+
+    def offer_many(self, items: list[RawExchange]) -> int:
+        """All of `items` in one queue put (one pickle, one pipe write) or none: 0 when
+        the queue is full by count or bytes. Each exchange travels as a flat tuple
+        (`_pack`): cheaper to pickle than a dataclass, and without the decoded body."""
+        if self._closed or not items:
+            return 0
+        size = sum(len(x.request_frame) + len(x.response_frame or b"") for x in items)
         queued = self._queued_bytes.value
         if queued and queued + size > self.max_queued_bytes:
-            return False
-        if getattr(item, "response_body", None) is not None:
-            item = dataclasses.replace(item, response_body=None)
+            return 0
         try:
-            self._items.put_nowait(item)
+            self._items.put_nowait((size, [_pack(x) for x in items]))
         except queue.Full:
-            return False
+            return 0
         with self._queued_bytes.get_lock():
             self._queued_bytes.value += size
-        return True
+        return len(items)
 
     def record_gap(self, count: int, reason: str, connection_id: int | None = None) -> None:
         if self._closed:
@@ -554,6 +795,18 @@ class ProcessTraceSink:
         self.close()
 
 
+_PACKED = tuple(f.name for f in dataclasses.fields(RawExchange))
+_GETTERS = operator.attrgetter(*_PACKED)
+_BODY = _PACKED.index("response_body")
+
+
+def _pack(x: RawExchange) -> tuple:
+    """RawExchange's fields in declaration order, without the decoded body (the writer
+    process decodes the frames itself); `RawExchange(*t)` rebuilds it."""
+    t = _GETTERS(x)
+    return t if t[_BODY] is None else t[:_BODY] + (None,) + t[_BODY + 1:]
+
+
 def _process_writer_main(out_dir: str, payloads: str, writer_kwargs: dict, items, gaps, queued_bytes, result) -> None:
     from replay.trace_writer import TraceWriter
 
@@ -577,10 +830,13 @@ def _process_writer_main(out_dir: str, payloads: str, writer_kwargs: dict, items
             break
         if item is False:
             continue
+        size, packed = item
         with queued_bytes.get_lock():
-            queued_bytes.value -= len(item.request_frame) + len(item.response_frame or b"")
-        while not writer.offer(item):  # the writer thread's own queue: wait, never drop
-            time.sleep(0.001)
+            queued_bytes.value -= size
+        for fields in packed:
+            x = RawExchange(*fields)
+            while not writer.offer(x):  # the writer thread's own queue: wait, never drop
+                time.sleep(0.001)
     writer.close()
     result.put((writer.stats, writer.segments))
 

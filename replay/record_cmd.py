@@ -5,7 +5,8 @@ Entry: `record(upstream, listen, out_dir, payloads="keep") -> int` (exit status)
 `writer`: "thread" (default) writes the trace from a thread of this process; "process"
 writes it from a child process (`ProcessTraceSink`), which keeps the writer's decoding and
 Parquet encoding off the forwarding path's GIL: lower added latency, at the cost of
-pickling every frame (see benchmarks/proxy_overhead.py and docs/traces.md).
+shipping every frame through a pipe (one batch per socket read; see
+benchmarks/proxy_bench.py and docs/replay.md "Capture proxy cost").
 Prints one line ``kipcheck record: listening <bootstrap> -> <upstream>`` once ready, so a
 caller (or a test) can point clients at the proxy.
 

@@ -39,6 +39,9 @@ class BrokerConfig:
     # so that tests do not wait for an empty-group join delay.
     group_initial_rebalance_delay_ms: int = 0
     offsets_retention_minutes: int = 10_080
+    offsets_retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
+    offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
+    group_max_size: int = 2**31 - 1  # group.max.size
     producer_id_expiration_ms: int = 86_400_000  # producer.id.expiration.ms
     producer_id_expiration_check_interval_ms: int = 600_000
     transaction: TransactionConfig = field(default_factory=TransactionConfig)

@@ -42,16 +42,12 @@ from reference_impl.model.classic_group import (
 from reference_impl.model import seeded_bugs as bugs
 from reference_impl.model.broker_state import BrokerConfig
 from reference_impl.model.clock import Clock
-from reference_impl.model.seeded_bugs import NO_BUGS, SeededBugs
+from reference_impl.model.seeded_bugs import SeededBugs
 from reference_impl.model.offset_store import NO_METADATA, INVALID_OFFSET, OffsetAndMetadata, OffsetStore
 from reference_impl.model.java_hash import partition_for_key
 
 # Kafka's classicGroupNewMemberJoinTimeoutMs: a new member's parked JoinGroup expires after this.
 NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
-DEFAULT_OFFSET_METADATA_MAX_BYTES = 4096  # offset.metadata.max.bytes
-DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS = 600_000  # offsets.retention.check.interval.ms
-DEFAULT_GROUP_MAX_SIZE = 2**31 - 1  # group.max.size
-DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS = 50  # offsets.topic.num.partitions
 OFFSETS_TOPIC = "__consumer_offsets"
 CLASSIC_GROUP_TYPE = "classic"
 KNOWN_GROUP_TYPES = ("classic", "consumer", "share", "streams")
@@ -152,7 +148,7 @@ class GroupCoordinator:
         self,
         node_ids: list[int],
         clock: Clock,
-        config,
+        config: BrokerConfig,
         id_factory: Callable[[], str] | None = None,
     ) -> None:
         self.node_ids = list(node_ids)
@@ -175,34 +171,34 @@ class GroupCoordinator:
 
     @property
     def seeded_bugs(self) -> SeededBugs:
-        """Deliberate bugs of a reference:bug=NAME broker (other config objects have none)."""
-        return self.config.seeded_bugs if isinstance(self.config, BrokerConfig) else NO_BUGS
+        """Deliberate bugs of a reference:bug=NAME broker."""
+        return self.config.seeded_bugs
 
     @property
     def _initial_delay_ms(self) -> int:
-        return int(self.config.group_initial_rebalance_delay_ms)
+        return self.config.group_initial_rebalance_delay_ms
 
     @property
     def _retention_ms(self) -> int:
-        return int(self.config.offsets_retention_minutes) * 60_000
+        return self.config.offsets_retention_minutes * 60_000
 
     @property
     def _retention_check_interval_ms(self) -> int:
-        return int(
-            getattr(self.config, "offsets_retention_check_interval_ms", DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS)
-        )
+        return self.config.offsets_retention_check_interval_ms
 
     @property
     def _metadata_max_bytes(self) -> int:
-        return int(getattr(self.config, "offset_metadata_max_bytes", DEFAULT_OFFSET_METADATA_MAX_BYTES))
+        return self.config.offset_metadata_max_bytes
 
     @property
     def _group_max_size(self) -> int:
-        return int(getattr(self.config, "group_max_size", DEFAULT_GROUP_MAX_SIZE))
+        return self.config.group_max_size
 
     @property
     def offsets_topic_num_partitions(self) -> int:
-        return int(getattr(self.config, "offsets_topic_num_partitions", DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS))
+        """offsets.topic.num.partitions: one setting for the group and transaction
+        coordinators, which must agree on a group's __consumer_offsets partition."""
+        return self.config.transaction.offsets_topic_num_partitions
 
     def offsets_partition_for(self, group_id: str) -> int:
         """The __consumer_offsets partition of a group: abs(Java hashCode) % partitions."""

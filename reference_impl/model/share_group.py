@@ -54,7 +54,7 @@ from kio.schema.errors import ErrorCode
 from reference_impl.model import seeded_bugs as bugs
 from reference_impl.model.broker_state import BrokerConfig
 from reference_impl.model.clock import Clock
-from reference_impl.model.seeded_bugs import NO_BUGS, SeededBugs
+from reference_impl.model.seeded_bugs import SeededBugs
 from reference_impl.model.share_assignor import MemberSpec, SimpleAssignor
 from reference_impl.model.share_group_records import (
     VALID_PREVIOUS_STATES,
@@ -87,22 +87,15 @@ LEAVE_GROUP_MEMBER_EPOCH = -1
 JOIN_GROUP_MEMBER_EPOCH = 0
 
 # Broker configs (Kafka 4.2 names and defaults).
-DEFAULT_SESSION_TIMEOUT_MS = 45_000  # group.share.session.timeout.ms
-DEFAULT_HEARTBEAT_INTERVAL_MS = 5_000  # group.share.heartbeat.interval.ms
-DEFAULT_MAX_SIZE = 200  # group.share.max.size
-DEFAULT_INITIALIZE_RETRY_INTERVAL_MS = 30_000  # group.share.initialize.retry.interval.ms
+_DEFAULTS = BrokerConfig()
+DEFAULT_SESSION_TIMEOUT_MS = _DEFAULTS.group_share_session_timeout_ms  # group.share.session.timeout.ms
+DEFAULT_HEARTBEAT_INTERVAL_MS = _DEFAULTS.group_share_heartbeat_interval_ms  # group.share.heartbeat.interval.ms
+DEFAULT_MAX_SIZE = _DEFAULTS.group_share_max_size  # group.share.max.size
+DEFAULT_INITIALIZE_RETRY_INTERVAL_MS = _DEFAULTS.group_share_initialize_retry_interval_ms
 # Group configs overriding them per group.
 GROUP_SESSION_TIMEOUT_CONFIG = "share.session.timeout.ms"
 GROUP_HEARTBEAT_INTERVAL_CONFIG = "share.heartbeat.interval.ms"
 
-_BROKER_CONFIGS = {
-    "group_share_session_timeout_ms": ("group.share.session.timeout.ms", DEFAULT_SESSION_TIMEOUT_MS),
-    "group_share_heartbeat_interval_ms": ("group.share.heartbeat.interval.ms", DEFAULT_HEARTBEAT_INTERVAL_MS),
-    "group_share_max_size": ("group.share.max.size", DEFAULT_MAX_SIZE),
-    "group_share_initialize_retry_interval_ms": (
-        "group.share.initialize.retry.interval.ms", DEFAULT_INITIALIZE_RETRY_INTERVAL_MS,
-    ),
-}
 
 
 # -- results -----------------------------------------------------------------------------
@@ -183,7 +176,7 @@ class ShareGroupCoordinator:
         self,
         node_ids: Sequence[int],
         clock: Clock,
-        config: Any,
+        config: BrokerConfig,
         topics_view: Any,
         *,
         other_group_type: Callable[[str], str | None] | None = None,
@@ -235,12 +228,6 @@ class ShareGroupCoordinator:
 
     # -- configuration -------------------------------------------------------------
 
-    def _broker_config(self, attr: str) -> int:
-        name, default = _BROKER_CONFIGS[attr]
-        if isinstance(self.config, Mapping):
-            return int(self.config.get(name, self.config.get(attr, default)))
-        return int(getattr(self.config, attr, default))
-
     def _group_override(self, group_id: str, name: str) -> int | None:
         if self.group_config is None:
             return None
@@ -250,20 +237,20 @@ class ShareGroupCoordinator:
 
     def session_timeout_ms(self, group_id: str) -> int:
         override = self._group_override(group_id, GROUP_SESSION_TIMEOUT_CONFIG)
-        return override if override is not None else self._broker_config("group_share_session_timeout_ms")
+        return override if override is not None else self.config.group_share_session_timeout_ms
 
     def heartbeat_interval_ms(self, group_id: str) -> int:
         override = self._group_override(group_id, GROUP_HEARTBEAT_INTERVAL_CONFIG)
-        return override if override is not None else self._broker_config("group_share_heartbeat_interval_ms")
+        return override if override is not None else self.config.group_share_heartbeat_interval_ms
 
     @property
     def max_size(self) -> int:
-        return self._broker_config("group_share_max_size")
+        return self.config.group_share_max_size
 
     @property
     def seeded_bugs(self) -> SeededBugs:
-        """Deliberate bugs of a reference:bug=NAME broker (a mapping config has none)."""
-        return self.config.seeded_bugs if isinstance(self.config, BrokerConfig) else NO_BUGS
+        """Deliberate bugs of a reference:bug=NAME broker."""
+        return self.config.seeded_bugs
 
     # -- queries -------------------------------------------------------------------
 
@@ -614,7 +601,7 @@ class ShareGroupCoordinator:
     def _maybe_initialize(
         self, group_id: str, group: ShareGroup | None, group_epoch: int, names: set[str], records, now: int
     ) -> InitializeRequest | None:
-        retry_ms = self._broker_config("group_share_initialize_retry_interval_ms")
+        retry_ms = self.config.group_share_initialize_retry_interval_ms
         initializing = dict(group.initializing) if group else {}
         initialized = dict(group.initialized) if group else {}
         deleting = dict(group.deleting) if group else {}

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 from kio.schema.errors import ErrorCode
 
+from reference_impl.model.broker_state import BrokerConfig
 from reference_impl.model.clock import ManualClock
 from reference_impl.model.share_assignor import ALGORITHM_KIP, SimpleAssignor
 from reference_impl.model.share_group import (
@@ -65,7 +66,7 @@ def make(config=None, **kw):
     clock = ManualClock()
     topics = Topics()
     topics.create("t", 4)
-    coord = ShareGroupCoordinator([1], clock, config or {}, topics, **kw)
+    coord = ShareGroupCoordinator([1], clock, config or BrokerConfig(), topics, **kw)
     return coord, clock, topics
 
 
@@ -401,7 +402,7 @@ def test_heartbeat_interval_and_session_timeout_configs():
     # HB.004
     overrides = {}
     coord, clock, _t = make(
-        {"group.share.heartbeat.interval.ms": 7000, "group.share.session.timeout.ms": 50000},
+        BrokerConfig(group_share_heartbeat_interval_ms=7000, group_share_session_timeout_ms=50000),
         group_config=lambda gid: overrides.get(gid),
     )
     assert join(coord, "m1").heartbeat_interval_ms == 7000
@@ -410,14 +411,13 @@ def test_heartbeat_interval_and_session_timeout_configs():
     r = coord.heartbeat(G, "m1", 1)
     assert r.heartbeat_interval_ms == 8000
     assert coord.session_deadline_ms(G, "m1") == clock.now_ms() + 46000
-    attr_config = SimpleNamespace(group_share_heartbeat_interval_ms=6000)
-    coord2, _c, _t = make(attr_config)
+    coord2, _c, _t = make(BrokerConfig(group_share_heartbeat_interval_ms=6000))
     assert join(coord2, "m1").heartbeat_interval_ms == 6000
 
 
 def test_group_max_size():
     # HB.007
-    coord, _c, _t = make({"group.share.max.size": 2})
+    coord, _c, _t = make(BrokerConfig(group_share_max_size=2))
     assert join(coord, "m1").error == ErrorCode.none
     assert join(coord, "m2").error == ErrorCode.none
     r = join(coord, "m3")
@@ -552,7 +552,7 @@ def test_records_written_on_join_and_leave():
 
 
 def test_failed_heartbeats_write_nothing():
-    coord, _c, _t = make({"group.share.max.size": 1})
+    coord, _c, _t = make(BrokerConfig(group_share_max_size=1))
     join(coord, "m1")
     n = len(coord.log)
     assert join(coord, "m2").error == ErrorCode.group_max_size_reached
@@ -571,7 +571,7 @@ def test_rebuilt_coordinator_reaches_the_same_state():
     join(coord, "m1", group="other")
     before = coord.describe([G, "other"])
     clock.advance(1000)
-    rebuilt = ShareGroupCoordinator.from_records(list(coord.log), [1], clock, {}, topics)
+    rebuilt = ShareGroupCoordinator.from_records(list(coord.log), [1], clock, BrokerConfig(), topics)
     assert rebuilt.store.snapshot() == coord.store.snapshot()
     assert rebuilt.describe([G, "other"]) == before
     # Kafka does not bump the group epoch on load; members carry on without rejoining

@@ -186,8 +186,7 @@ def test_marker_on_offsets_partition_completes_every_group_there():
 
 def test_metadata_too_large_is_per_partition():
     coord, _ = make()
-    coord.config = type("Config", (), {**{k: getattr(coord.config, k) for k in coord.config.__slots__},
-                                       "offset_metadata_max_bytes": 3})()
+    coord.config.offset_metadata_max_bytes = 3
     errors = coord.txn_offset_commit(G, PID, EPOCH, -1, "", None, [
         OffsetCommitEntry(T, 0, 1, metadata="toolong"), OffsetCommitEntry(T, 1, 2, metadata="ok")], 5)
     assert errors == [ErrorCode.offset_metadata_too_large, NONE]

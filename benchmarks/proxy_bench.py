@@ -1,0 +1,363 @@
+"""Capture-proxy cost (issue 13, item 4): throughput and added latency, direct vs proxied.
+
+    python -m benchmarks.run --suite proxy [--quick] [--targets reference,kafka-native]
+        [--messages N] [--value-bytes B] [--repeat R] [--json OUT]
+
+Per target (started by `python -m fixtures.target_up SPEC` in its own process), the proxy
+is `kipcheck record --writer process` (`python -m replay.record_cmd`) in its own process,
+writing a real Parquet trace through `ProcessTraceSink`. Each repetition runs every
+workload directly and through the proxy, the order alternating between repetitions, so the
+two sides of a ratio see the same machine load:
+
+* produce: confluent-kafka `Producer` (acks=all, linger.ms=5), N values of B bytes; MB/s and
+  msgs/s from the first `produce()` to the end of `flush()`;
+* consume: `Consumer.assign()` from offset 0 of those N values to the last one;
+* ApiVersions: M raw request/response round trips on one socket (`RawClient`); the
+  proxy's own added latency with the least client noise;
+* produce acks=1: one 100 B value in flight (linger.ms=0), `produce()` to its delivery report.
+
+Throughput cells are medians over the repetitions; latency percentiles pool every sample.
+"capture CPU" is the CPU time (user + system) of the proxy process and its trace
+writer child per MB of values (median over the proxied runs) or per round trip: the cost itself, which the
+throughput ratio shows only once the machine has no CPU to spare.
+The load average (1 min) is read after each row's last measurement: on the project's
+shared 2-core machine broker, proxy, trace writer and client compete for CPU.
+Targets: proxied >= 0.9 x direct throughput; added p50 <= 0.3 ms on the reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+from benchmarks.proxy_overhead import Background, create_topic, percentile, start_target
+
+THROUGHPUT_TARGET = 0.9
+ADDED_P50_TARGET_MS = 0.3
+THROUGHPUT = ("produce", "consume")
+LATENCY = ("ApiVersions", "produce acks=1")
+
+
+@dataclass
+class Row:
+    target: str
+    workload: str
+    direct: list[float] = field(default_factory=list)  # msgs/s per repetition, or ms per round trip
+    proxied: list[float] = field(default_factory=list)
+    value_bytes: int = 0
+    n: int = 0
+    load: float = 0.0
+    proxy_cpu_s: list[float] = field(default_factory=list)  # proxy + writer CPU seconds per proxied run
+
+    @property
+    def cpu_ms_per_mb(self) -> float | None:
+        """CPU the capture costs per MB of values forwarded (proxy and trace-writer
+        processes): unlike throughput, hardly moved by the other load on the machine."""
+        if not self.proxy_cpu_s or not self.value_bytes or self.latency:
+            return None
+        mb = self.n * self.value_bytes / 1e6
+        return statistics.median(self.proxy_cpu_s) * 1000 / mb
+
+    @property
+    def cpu_us_per_request(self) -> float | None:
+        """The same for a round-trip row: capture CPU per request/response pair."""
+        if not self.proxy_cpu_s or not self.latency or not self.proxied:
+            return None
+        return sum(self.proxy_cpu_s) * 1e6 / len(self.proxied)
+
+    @property
+    def latency(self) -> bool:
+        return self.workload in LATENCY
+
+    def mid(self, side: str) -> float | None:
+        v = getattr(self, side)
+        return statistics.median(v) if v else None
+
+    @property
+    def ratio(self) -> float | None:
+        d, p = self.mid("direct"), self.mid("proxied")
+        return p / d if d and p is not None and not self.latency else None
+
+    def pct(self, side: str, q: float) -> float | None:
+        v = getattr(self, side)
+        return percentile(v, q) if v else None
+
+    @property
+    def added_p50(self) -> float | None:
+        d, p = self.pct("direct", 50), self.pct("proxied", 50)
+        return None if d is None or p is None else p - d
+
+    @property
+    def met(self) -> bool | None:
+        if self.latency:
+            if self.added_p50 is None or not self.target.startswith("reference"):
+                return None
+            return self.added_p50 <= ADDED_P50_TARGET_MS
+        return None if self.ratio is None else self.ratio >= THROUGHPUT_TARGET
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(ratio=self.ratio, added_p50_ms=self.added_p50, met=self.met, cpu_ms_per_mb=self.cpu_ms_per_mb,
+                 cpu_us_per_request=self.cpu_us_per_request)
+        return d
+
+
+# --- workloads -------------------------------------------------------------------------------
+
+
+def produce_run(bootstrap: str, topic: str, n: int, value: bytes) -> float:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                  "queue.buffering.max.messages": max(n, 100000), "queue.buffering.max.kbytes": 1 << 21})
+    p.produce(topic, b"warm-up")  # connections and metadata outside the measurement
+    p.flush(30)
+    errors: list = []
+    on_delivery = lambda e, m: errors.append(e) if e else None  # noqa: E731
+    start = time.perf_counter()
+    for _ in range(n):
+        while True:
+            try:
+                p.produce(topic, value, on_delivery=on_delivery)
+                break
+            except BufferError:
+                p.poll(0.01)
+        p.poll(0)
+    left = p.flush(300)
+    elapsed = time.perf_counter() - start
+    if left or errors:
+        raise RuntimeError(f"produce: {left} undelivered, {len(errors)} errors ({errors[:1]})")
+    return n / elapsed
+
+
+def consume_run(bootstrap: str, topic: str, n: int) -> float:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{os.getpid()}-{time.monotonic_ns()}",
+                  "enable.auto.commit": False, "fetch.wait.max.ms": 100})
+    try:
+        c.list_topics(topic, 30)  # bootstrap connection and metadata outside the measurement
+        start = time.perf_counter()
+        c.assign([TopicPartition(topic, 0, 0)])
+        got, deadline = 0, time.monotonic() + 300
+        while got < n + 1 and time.monotonic() < deadline:  # +1: the warm-up value
+            got += sum(1 for m in c.consume(10000, 0.5) if m.error() is None)
+        elapsed = time.perf_counter() - start
+    finally:
+        c.close()
+    if got < n + 1:
+        raise RuntimeError(f"consume: {got} of {n + 1} values within 300 s")
+    return n / elapsed
+
+
+def api_versions_run(bootstrap: str, m: int) -> list[float]:
+    """Milliseconds per ApiVersions v3 round trip, one in flight, on one connection."""
+    from reference_impl.client.raw_client import RawClient
+
+    host, _, port = bootstrap.split(",")[0].rpartition(":")
+    out: list[float] = []
+    with RawClient(host, int(port)) as raw:
+        for _ in range(20):
+            raw.api_versions()
+        for _ in range(m):
+            t0 = time.perf_counter()
+            raw.api_versions()
+            out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+def produce_ack_run(bootstrap: str, topic: str, m: int) -> list[float]:
+    """Milliseconds from produce() to the delivery report, acks=1, one value in flight."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 0})
+    for _ in range(5):
+        p.produce(topic, b"w")
+        p.flush(30)
+    out: list[float] = []
+    for _ in range(m):
+        done: list[float] = []
+        t0 = time.perf_counter()
+        p.produce(topic, b"x" * 100, on_delivery=lambda e, msg: done.append(time.perf_counter()) if e is None else None)
+        while not done:
+            p.poll(0.0002)
+            if time.perf_counter() - t0 > 30:
+                raise RuntimeError("produce acks=1: no delivery report within 30 s")
+        out.append((done[0] - t0) * 1000)
+    p.flush(10)
+    return out
+
+
+def tree_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process and its children (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    parents[int(entry)] = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        todo += [c for c, pp in parents.items() if pp == p]
+        try:
+            with open(f"/proc/{p}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+def _measured(row: Row, mode: str, proxy_pid: int, run: Callable[[], Any]) -> Any:
+    before = tree_cpu_s(proxy_pid) if mode == "proxied" else 0.0
+    result = run()
+    if mode == "proxied":
+        row.proxy_cpu_s.append(tree_cpu_s(proxy_pid) - before)
+    return result
+
+
+# --- one target ---------------------------------------------------------------------------------
+
+
+def start_proxy(upstream: str, trace_dir: str) -> tuple[Background, str]:
+    argv = [sys.executable, "-m", "replay.record_cmd", "--upstream", upstream.split(",")[0],
+            "--listen", "127.0.0.1:0", "--out", trace_dir, "--writer", "process"]
+    bg = Background(argv, "kipcheck record: listening", 120)
+    return bg, bg.line.split("listening ", 1)[1].split(" ", 1)[0].rstrip(";")
+
+
+def trace_counts(trace_dir: str) -> str:
+    """Exchange rows and exchanges lost to gaps in the recorded trace (a proxy that keeps
+    pace by dropping rows would not be cheap, only incomplete)."""
+    import pyarrow.parquet as pq
+
+    files = [os.path.join(trace_dir, f) for f in os.listdir(trace_dir) if f.endswith(".parquet")]
+    if not files:
+        return "no trace segment"
+    t = pq.ParquetDataset(files).read(columns=["kind", "gap_count"]).to_pydict()
+    gaps = sum(c or 0 for k, c in zip(t["kind"], t["gap_count"]) if k == "gap")
+    return f"trace: {t['kind'].count('exchange')} exchange rows, {gaps} exchange(s) in gaps"
+
+
+def bench_target(spec: str, n: int, m: int, value_bytes: int, repeat: int, log: Callable[[str], None],
+                 notes: list[str]) -> list[Row]:
+    target, bootstrap = start_target(spec)
+    trace_dir = tempfile.mkdtemp(prefix="kipcheck-proxy-bench-")
+    value = b"v" * value_bytes
+    rows = {w: Row(spec, w, value_bytes=value_bytes if w in THROUGHPUT else 0, n=n) for w in THROUGHPUT + LATENCY}
+    try:
+        proxy, proxied = start_proxy(bootstrap, trace_dir)
+        try:
+            for r in range(repeat):
+                order = [("direct", bootstrap), ("proxied", proxied)]
+                for mode, bs in order if r % 2 == 0 else order[::-1]:
+                    topic = create_topic(bootstrap)
+                    pid = proxy.proc.pid
+                    getattr(rows["produce"], mode).append(
+                        _measured(rows["produce"], mode, pid, lambda: produce_run(bs, topic, n, value)))
+                    getattr(rows["consume"], mode).append(
+                        _measured(rows["consume"], mode, pid, lambda: consume_run(bs, topic, n)))
+                    getattr(rows["ApiVersions"], mode).extend(
+                        _measured(rows["ApiVersions"], mode, pid, lambda: api_versions_run(bs, m)))
+                    getattr(rows["produce acks=1"], mode).extend(
+                        _measured(rows["produce acks=1"], mode, pid, lambda: produce_ack_run(bs, topic, m)))
+                    log(f"  {spec} repeat {r + 1} {mode}: produce {rows['produce'].__dict__[mode][-1]:.0f}/s, "
+                        f"consume {rows['consume'].__dict__[mode][-1]:.0f}/s, load {os.getloadavg()[0]:.2f}")
+                for row in rows.values():
+                    row.load = os.getloadavg()[0]
+        finally:
+            proxy.stop()
+        notes.append(f"{spec}: {trace_counts(trace_dir)}")
+    finally:
+        target.stop()
+        shutil.rmtree(trace_dir, ignore_errors=True)
+    return list(rows.values())
+
+
+# --- output ------------------------------------------------------------------------------------
+
+
+def _f(v: float | None, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def table(rows: list[Row]) -> str:
+    head = ("target", "workload", "direct", "proxied", "ratio", "capture CPU", "direct p50/p99 ms",
+            "proxied p50/p99 ms", "added p50 ms", "load 1m", "met")
+    lines = [head]
+    for r in rows:
+        if r.latency:
+            cells = ("-", "-", "-", f"{_f(r.cpu_us_per_request, '.0f')} us/req", f"{_f(r.pct('direct', 50), '.3f')}/{_f(r.pct('direct', 99), '.3f')}",
+                     f"{_f(r.pct('proxied', 50), '.3f')}/{_f(r.pct('proxied', 99), '.3f')}", _f(r.added_p50, "+.3f"))
+        else:
+            mb = r.value_bytes / 1e6
+
+            def fmt(v: float | None) -> str:
+                return "-" if v is None else f"{v:.0f} msg/s {v * mb:.1f} MB/s"
+
+            cells = (fmt(r.mid("direct")), fmt(r.mid("proxied")), _f(r.ratio, ".2f"), f"{_f(r.cpu_ms_per_mb, '.1f')} ms/MB",
+                     "-", "-", "-")
+        lines.append((r.target, r.workload, *cells, f"{r.load:.2f}", {True: "yes", False: "NO", None: "-"}[r.met]))
+    widths = [max(len(str(line[i])) for line in lines) for i in range(len(head))]
+    out = [" | ".join(str(c).ljust(w) for c, w in zip(line, widths)) for line in lines]
+    out.insert(1, "-+-".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.run --suite proxy", description=__doc__.splitlines()[0])
+    ap.add_argument("--targets", default="reference,kafka-native", help="comma-separated target specs")
+    ap.add_argument("--quick", action="store_true", help="20k values, 300 round trips, 2 repetitions")
+    ap.add_argument("--messages", type=int, help="values per throughput run (default 200000)")
+    ap.add_argument("--value-bytes", type=int, default=1024)
+    ap.add_argument("--latency-messages", type=int, help="round trips per run (default 2000)")
+    ap.add_argument("--repeat", type=int, help="repetitions per side (default 3)")
+    ap.add_argument("--json", metavar="OUT", help="also write the results as JSON")
+    a = ap.parse_args(argv)
+    n = a.messages or (20000 if a.quick else 200000)
+    m = a.latency_messages or (300 if a.quick else 2000)
+    repeat = a.repeat or (2 if a.quick else 3)
+    log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+    rows: list[Row] = []
+    failures: list[str] = []
+    notes: list[str] = []
+    started = time.monotonic()
+    for spec in [s.strip() for s in a.targets.split(",") if s.strip()]:
+        log(f"benchmarking {spec} ...")
+        try:
+            rows += bench_target(spec, n, m, a.value_bytes, repeat, log, notes)
+        except Exception as exc:  # noqa: BLE001 - one target failing does not hide the others
+            failures.append(f"{spec}: {exc}")
+    print(table(rows))
+    print(f"\ntargets: proxied throughput >= {THROUGHPUT_TARGET}x direct, added p50 <= {ADDED_P50_TARGET_MS} ms "
+          f"(reference); {n} x {a.value_bytes} B x {repeat} repetition(s), {m * repeat} round trips per latency cell; "
+          f"{time.monotonic() - started:.0f} s")
+    missed = [f"{r.target}/{r.workload}" for r in rows if r.met is False]
+    print(f"NOT met: {', '.join(missed)}" if missed else "all targets met" if rows else "no results")
+    for note in notes:
+        print(note)
+    for f in failures:
+        print(f"failed: {f}")
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump({"benchmark": "kipcheck-proxy-bench", "schema_version": 1, "cpus": os.cpu_count(),
+                       "settings": {"messages": n, "value_bytes": a.value_bytes, "latency_messages": m,
+                                    "repeat": repeat}, "failures": failures, "notes": notes, "rows": [r.as_dict() for r in rows]},
+                      fh, indent=1)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
