@@ -19,7 +19,7 @@ EXIT_VALID, EXIT_ANOMALY, EXIT_COULD_NOT_RUN, EXIT_UNKNOWN = 0, 1, 2, 3
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="reference:nodes=3", help="target spec (default: reference:nodes=3)")
     p.add_argument("--workload", default="copier", help="queue | copier | share (default: copier)")
-    p.add_argument("--nemesis", default="kill", metavar="N[,N...]",
+    p.add_argument("--nemesis", "--faults", dest="nemesis", default="kill", metavar="N[,N...]",
                    help="faults, e.g. kill, kill:minority, kill:txn-coordinator; none = calm run")
     p.add_argument("--seed", type=int, default=None, help="seed of the schedule and the clients (default: random)")
     p.add_argument("--time-limit", type=float, default=30.0, metavar="SECONDS",

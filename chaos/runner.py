@@ -131,7 +131,11 @@ def run(cfg: RunConfig, log=print) -> RunResult:
                 cfg.target_hook(target)
             for n in nemeses:
                 n.setup(target)
-            workload.setup(target, rec)
+            clients_see = target
+            for n in nemeses:  # a fault carrier the clients must go through (a capture proxy)
+                if hasattr(n, "client_view"):
+                    clients_see = n.client_view(clients_see)
+            workload.setup(clients_see, rec)
             for n in nemeses:
                 if hasattr(n, "bind"):  # client-side faults (hijack) act through the workload
                     n.bind(workload, rec)
