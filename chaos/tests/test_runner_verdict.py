@@ -72,3 +72,15 @@ def test_report_is_self_contained_svg():
     page = render(h, {**res["checkers"], **res}, [GOOD_FAULT], {"seed": 1})
     assert page.count("<svg") == 2 and "<script" not in page and "http" not in page.replace(
         'xmlns="http://www.w3.org/2000/svg"', "")
+
+
+def test_a_fault_the_target_cannot_inject_ends_the_run_as_could_not_run(tmp_path):
+    """pause on the reference (its nodes share one ticker): exit 2, never an "unknown" run."""
+    import pytest
+
+    from chaos.runner import CouldNotRun, RunConfig, run
+
+    cfg = RunConfig(target="reference:nodes=3", workload="queue", faults="pause", seed=1, time_limit_s=20,
+                    out=tmp_path, workload_options={"max_ops": 100_000})
+    with pytest.raises(CouldNotRun, match="not supported by target: pause: reference cannot pause"):
+        run(cfg, log=lambda _m: None)
