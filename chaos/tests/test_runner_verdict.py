@@ -84,3 +84,23 @@ def test_a_fault_the_target_cannot_inject_ends_the_run_as_could_not_run(tmp_path
                     out=tmp_path, workload_options={"max_ops": 100_000})
     with pytest.raises(CouldNotRun, match="not supported by target: pause: reference cannot pause"):
         run(cfg, log=lambda _m: None)
+
+
+def test_the_schedule_waits_for_the_workload_to_be_ready_but_not_forever():
+    import threading
+    import time
+
+    from chaos.runner import _wait_ready
+
+    class Workload:
+        def __init__(self, after_s):
+            self.t0, self.after_s = time.monotonic(), after_s
+
+        def ready(self):
+            return time.monotonic() - self.t0 >= self.after_s
+
+    alive = threading.Thread(target=time.sleep, args=(30,), daemon=True)
+    alive.start()
+    assert 0.3 <= _wait_ready(Workload(0.3), alive, 20.0) < 15.0
+    assert 0.5 <= _wait_ready(Workload(1e9), alive, 0.5) < 15.0  # never ready: bounded
+    assert _wait_ready(object(), alive, 20.0) < 1.0  # no ready(): at once
