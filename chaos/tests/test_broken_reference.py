@@ -30,3 +30,11 @@ def test_chaos_run_of_the_broken_reference_finds_a_lost_write(tmp_path):
     assert check["valid"] is False
     lost = [a for a in check["anomalies"] if a["type"] == "lost-write"]
     assert lost and "KIP-98.TXN.001" in lost[0]["requirements"], check["anomalies"]
+
+
+def test_the_chaos_only_bugs_are_left_out_of_the_calm_power_matrix():
+    from conformance.power import select_bugs
+
+    assert {bugs.TXN_COMMIT_ABORTED_ON_DOWN_REPLICA, bugs.SHARE_LEADER_MOVE_FORGETS_STATE} <= bugs.CHAOS_ONLY
+    assert not {b.name for b in select_bugs(None)} & bugs.CHAOS_ONLY
+    assert [b.name for b in select_bugs(bugs.SHARE_LEADER_MOVE_FORGETS_STATE)] == [bugs.SHARE_LEADER_MOVE_FORGETS_STATE]
