@@ -28,6 +28,10 @@ from chaos.recorder import Recorder
 from fixtures.target import NotSupportedByTarget
 
 STOP_GRACE_S = 60.0
+NEMESIS_GRACE_S = 420.0
+"""A fault being injected when time is up finishes first (a kafka-native bounce restarts
+a JVM and waits for Metadata to list it again: minutes under load); its record must be
+complete before the final heal closes open operations."""
 UNSUPPORTED = "not supported by target: "
 READY_WAIT_S = 90.0
 """How long the fault schedule waits for the workload's first success (clients of a JVM
@@ -173,7 +177,9 @@ def run(cfg: RunConfig, log=print) -> RunResult:
         nemesis.start()
         clients.join(cfg.time_limit_s)
         stop.set()
-        nemesis.join(STOP_GRACE_S)
+        nemesis.join(NEMESIS_GRACE_S)
+        if nemesis.is_alive():
+            raise CouldNotRun(f"the fault being injected did not finish within {NEMESIS_GRACE_S:g}s of the time limit")
         clients.join(STOP_GRACE_S)
         if clients.is_alive():
             raise CouldNotRun(f"the workload did not stop within {STOP_GRACE_S:g}s of the time limit")
