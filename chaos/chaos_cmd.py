@@ -19,7 +19,7 @@ EXIT_VALID, EXIT_ANOMALY, EXIT_COULD_NOT_RUN, EXIT_UNKNOWN = 0, 1, 2, 3
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="reference:nodes=3", help="target spec (default: reference:nodes=3)")
     p.add_argument("--workload", default="copier", help="queue | copier | share (default: copier)")
-    p.add_argument("--nemesis", default="kill", metavar="N[,N...]",
+    p.add_argument("--nemesis", "--faults", dest="nemesis", default="kill", metavar="N[,N...]",
                    help="faults, e.g. kill, kill:minority, kill:txn-coordinator; none = calm run")
     p.add_argument("--seed", type=int, default=None, help="seed of the schedule and the clients (default: random)")
     p.add_argument("--time-limit", type=float, default=30.0, metavar="SECONDS",
@@ -32,6 +32,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--transaction-version", default="auto", choices=("auto", "1", "2"),
                    help="scenario only: the client's transaction version (default: what the target finalised)")
     p.add_argument("--share-client", default="reference", help="share only: reference | confluent")
+    p.add_argument("--replication-factor", type=int, default=None, metavar="N",
+                   help="queue only: the topic's replication factor (default: the target's default)")
+    p.add_argument("--max-ops", type=int, default=None, metavar="N",
+                   help="queue only: how many client operations at most (default: 400)")
 
 
 def replay_command(args: argparse.Namespace, seed: int, out: Path) -> str:
@@ -41,6 +45,9 @@ def replay_command(args: argparse.Namespace, seed: int, out: Path) -> str:
         parts += ["--copier-client", args.copier_client]
     if args.workload == "share" and args.share_client != "reference":
         parts += ["--share-client", args.share_client]
+    for flag, value in (("--replication-factor", args.replication_factor), ("--max-ops", args.max_ops)):
+        if args.workload == "queue" and value is not None:
+            parts += [flag, str(value)]
     return shlex.join(parts)
 
 
@@ -78,7 +85,20 @@ def _validate(args: argparse.Namespace) -> dict:
         if args.share_client not in SHARE_CLIENTS:
             raise UsageError(f"--share-client must be one of {', '.join(SHARE_CLIENTS)}")
         return {"client": args.share_client}
-    return {}
+    return _queue_options(args) if args.workload == "queue" else {}
+
+
+def _queue_options(args: argparse.Namespace) -> dict:
+    options = {}
+    if args.replication_factor is not None:
+        if args.replication_factor < 1:
+            raise UsageError("--replication-factor must be at least 1")
+        options["replication_factor"] = args.replication_factor
+    if args.max_ops is not None:
+        if args.max_ops < 1:
+            raise UsageError("--max-ops must be at least 1")
+        options["max_ops"] = args.max_ops
+    return options
 
 
 def run_scenario(args: argparse.Namespace) -> int:

@@ -68,6 +68,11 @@ def _svg(body: list[str], faults, span: float, ylabel: str) -> str:
     return f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}">{"".join(shade)}{axis}{ticks}{"".join(body)}</svg>'
 
 
+def _at(ns: Any, t0: int) -> str:
+    """A fault's start or heal as seconds from the history's first op ("" if unknown)."""
+    return f"{(ns - t0) / 1e9:.1f}" if isinstance(ns, int) and t0 else ""
+
+
 def render(history: History, check: dict, faults: list[dict], meta: dict[str, Any]) -> str:
     ops, t0, t1 = _ops(history)
     span = max((t1 - t0) / 1e9, 1.0)
@@ -96,7 +101,8 @@ def render(history: History, check: dict, faults: list[dict], meta: dict[str, An
     rows = "".join(f"<tr><td>{html.escape(a['type'])}</td><td>{a['count']}</td>"
                    f"<td>{html.escape(', '.join(a['requirements']))}</td></tr>"
                    for a in check.get("anomalies", []) + check.get("liveness", []))
-    fault_rows = "".join(f"<tr><td>{html.escape(f['fault'])}</td><td>{f['nodes']}</td><td>{f['effective']}</td>"
+    fault_rows = "".join(f"<tr><td>{_at(f.get('started_ns'), t0)}</td><td>{_at(f.get('healed_ns'), t0)}</td>"
+                         f"<td>{html.escape(f['fault'])}</td><td>{f['nodes']}</td><td>{f['effective']}</td>"
                          f"<td>{html.escape(f.get('evidence') or f.get('error') or '')}</td></tr>" for f in faults)
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>kipcheck chaos: {html.escape(str(verdict))}</title>
 <style>body{{font-family:sans-serif;margin:20px}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 8px}}</style>
@@ -106,5 +112,5 @@ def render(history: History, check: dict, faults: list[dict], meta: dict[str, An
 {_svg(dots, windows, span, "latency")}
 <h2>Throughput (completed ops/s)</h2>{_svg(thr, windows, span, "ops/s")}
 <h2>Anomalies</h2><table><tr><th>type</th><th>count</th><th>requirements</th></tr>{rows}</table>
-<h2>Faults</h2><table><tr><th>fault</th><th>nodes</th><th>effective</th><th>evidence</th></tr>{fault_rows}</table>
+<h2>Nemesis timeline (seconds from the first op)</h2><table><tr><th>start</th><th>healed</th><th>fault</th><th>nodes</th><th>effective</th><th>evidence</th></tr>{fault_rows}</table>
 </body></html>"""

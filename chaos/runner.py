@@ -25,8 +25,17 @@ from chaos.checkers.result import UNKNOWN
 from chaos.history import History
 from chaos.nemesis.base import NEMESIS_PROCESS, FaultRecord, FaultWindow
 from chaos.recorder import Recorder
+from fixtures.target import NotSupportedByTarget
 
 STOP_GRACE_S = 60.0
+NEMESIS_GRACE_S = 420.0
+"""A fault being injected when time is up finishes first (a kafka-native bounce restarts
+a JVM and waits for Metadata to list it again: minutes under load); its record must be
+complete before the final heal closes open operations."""
+UNSUPPORTED = "not supported by target: "
+READY_WAIT_S = 90.0
+"""How long the fault schedule waits for the workload's first success (clients of a JVM
+target under load can take tens of seconds); the time limit counts from then."""
 
 
 class CouldNotRun(RuntimeError):
@@ -65,6 +74,11 @@ def _nemesis_loop(windows: list[FaultWindow], by_kind: dict, rec: Recorder, t0: 
         inv = rec.invoke(NEMESIS_PROCESS, "start-fault", {"fault": w.spec.name})
         try:
             r = nem.invoke(w.spec)
+        except NotSupportedByTarget as exc:  # this run cannot test the fault at all: end it
+            rec.complete(inv, "fail", error=f"not supported by target: {exc.reason}")
+            errors.append(f"{UNSUPPORTED}{w.spec.name}: {exc.reason}")
+            stop.set()
+            return
         except Exception as exc:  # noqa: BLE001 - recorded; the verdict becomes unknown
             r = FaultRecord(w.spec, error=repr(exc), effective=False)
             errors.append(f"{w.spec.name}: {exc!r}")
@@ -77,6 +91,16 @@ def _nemesis_loop(windows: list[FaultWindow], by_kind: dict, rec: Recorder, t0: 
         except Exception as exc:  # noqa: BLE001
             r.error = f"heal failed: {exc!r}"
         rec.complete(inv, "ok" if r.error is None else "info", r.to_dict())
+
+
+def _wait_ready(workload: Any, clients: threading.Thread, max_wait_s: float) -> float:
+    """Seconds until the workload reports ``ready()`` (workloads without it: at once), so
+    that the first fault window meets a working client, not one still connecting."""
+    ready = getattr(workload, "ready", None)
+    t0 = time.monotonic()
+    while ready is not None and clients.is_alive() and time.monotonic() - t0 < max_wait_s and not ready():
+        time.sleep(0.2)
+    return round(time.monotonic() - t0, 3)
 
 
 def verdict(check: dict, faults: list[dict], calm: bool) -> dict:
@@ -131,7 +155,11 @@ def run(cfg: RunConfig, log=print) -> RunResult:
                 cfg.target_hook(target)
             for n in nemeses:
                 n.setup(target)
-            workload.setup(target, rec)
+            clients_see = target
+            for n in nemeses:  # a fault carrier the clients must go through (a capture proxy)
+                if hasattr(n, "client_view"):
+                    clients_see = n.client_view(clients_see)
+            workload.setup(clients_see, rec)
             for n in nemeses:
                 if hasattr(n, "bind"):  # client-side faults (hijack) act through the workload
                     n.bind(workload, rec)
@@ -140,20 +168,26 @@ def run(cfg: RunConfig, log=print) -> RunResult:
         by_kind = {k: n for n in nemeses for k in n.kinds}
         log(f"running {cfg.workload} for {cfg.time_limit_s:g}s with {len(windows)} scheduled fault(s)")
         stop = threading.Event()
-        t0 = time.monotonic()
         clients = threading.Thread(target=workload.run, args=(stop,), name="workload", daemon=True)
+        clients.start()
+        ready_after_s = _wait_ready(workload, clients, READY_WAIT_S)
+        t0 = time.monotonic()
         nemesis = threading.Thread(target=_nemesis_loop, args=(windows, by_kind, rec, t0, stop, records, errors),
                                    name="nemesis", daemon=True)
-        clients.start()
         nemesis.start()
         clients.join(cfg.time_limit_s)
         stop.set()
-        nemesis.join(STOP_GRACE_S)
+        nemesis.join(NEMESIS_GRACE_S)
+        if nemesis.is_alive():
+            raise CouldNotRun(f"the fault being injected did not finish within {NEMESIS_GRACE_S:g}s of the time limit")
         clients.join(STOP_GRACE_S)
         if clients.is_alive():
             raise CouldNotRun(f"the workload did not stop within {STOP_GRACE_S:g}s of the time limit")
         for n in nemeses:
             n.heal_all()
+        unsupported = [e for e in errors if e.startswith(UNSUPPORTED)]
+        if unsupported:
+            raise CouldNotRun(unsupported[0])
         rec.close_open("the run ended with it open")
         log("final heal done; catch-up reads")
         workload.catch_up()
@@ -172,7 +206,8 @@ def run(cfg: RunConfig, log=print) -> RunResult:
     faults = [r.to_dict() for r in records]
     result = verdict(checked, faults, calm=not specs)
     result.update({"seed": cfg.seed, "target": cfg.target, "workload": cfg.workload, "faults": cfg.faults,
-                   "time_limit_s": cfg.time_limit_s, "ops": len(history), "fault_errors": errors})
+                   "time_limit_s": cfg.time_limit_s, "ops": len(history), "fault_errors": errors,
+                   "ready_after_s": ready_after_s})
     write(cfg.out, history, faults, result)
     return RunResult(result["valid"], result, cfg.out, faults, len(history))
 

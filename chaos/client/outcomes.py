@@ -68,6 +68,8 @@ TABLE: dict[tuple[str, str], tuple[str, str]] = {
     (ANY, _e(ErrorCode.transactional_id_authorization_failed)): (FAIL, "refused before any state change"),
     (ANY, _e(ErrorCode.invalid_txn_state)): (FAIL, "refused: the transaction was not in a state to do this"),
     (ANY, _e(ErrorCode.invalid_producer_id_mapping)): (FAIL, "refused: no such producer id mapping"),
+    (ANY, "_FENCED"): (FAIL, "librdkafka's fatal fenced state: a newer instance owns the transactional id and "
+                             "aborts this one's open transaction, so nothing it sends now can commit (KIP-98.FENCE.004)"),
     ("commit", _e(ErrorCode.transaction_abortable)):
         (FAIL, "the transaction must abort (KIP-890): it cannot commit"),
     # --- commit: the decision may be durable although the answer was lost

@@ -13,7 +13,6 @@ DescribeTransactions showed just before (the epoch was bumped, or a new producer
 from __future__ import annotations
 
 import itertools
-import struct
 import time
 from typing import Any
 
@@ -23,6 +22,7 @@ from chaos.nemesis.base import FaultRecord, FaultSpec
 from chaos.nemesis.common import TargetInjector
 from fixtures.target import NotSupportedByTarget
 from reference_impl.protocol.api_keys import ApiKey
+from reference_impl.protocol.schemas import decode_tolerant_response
 
 TRANSACTION_KEY_TYPE = 1  # FindCoordinator key type of transactional ids
 HIJACK_TIMEOUT_S = 30.0
@@ -100,8 +100,8 @@ def _wait_initialised(bootstrap: str, tid: str, wait_s: float = 20.0) -> tuple[i
 def describe_producer(bootstrap: str, transactional_id: str, timeout_s: float = 10.0) -> tuple[int, int] | None:
     """(producer id, epoch) DescribeTransactions v0 shows for the id (None: unknown id).
 
-    Decoded by hand: kio refuses the response's -1 TransactionStartTimeMs (no ongoing
-    transaction), which Kafka sends."""
+    The response is read with the generated tolerant class (schemas.tolerant_response):
+    kio refuses the -1 TransactionStartTimeMs Kafka sends when no transaction started."""
     from reference_impl.client.raw_client import ClusterClient
     from reference_impl.protocol import framing, payloads
     deadline = time.monotonic() + timeout_s
@@ -123,32 +123,8 @@ def describe_producer(bootstrap: str, transactional_id: str, timeout_s: float = 
 
 
 def _first_state(frame: bytes) -> tuple[int, int, int]:
-    """(error code, producer id, epoch) of the first TransactionState of a v0 response."""
-    pos = 4  # correlation id
-
-    def uvarint() -> int:
-        nonlocal pos
-        shift = value = 0
-        while True:
-            b = frame[pos]
-            pos += 1
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return value
-            shift += 7
-
-    def skip_string() -> None:
-        nonlocal pos
-        n = uvarint()  # read first: `pos += uvarint()` would add to the old pos
-        pos += max(n - 1, 0)
-
-    uvarint()  # header tagged fields (none)
-    pos += 4  # throttle time
-    uvarint()  # states array length
-    (error,) = struct.unpack_from(">h", frame, pos)
-    pos += 2
-    skip_string()  # transactional id
-    skip_string()  # state
-    pos += 4 + 8  # timeout, start time
-    pid, epoch = struct.unpack_from(">qh", frame, pos)
-    return error, pid, epoch
+    """(error code, producer id, epoch) of the first TransactionState of a v0 response,
+    decoded with the generated tolerant schema (kio refuses Kafka's start time -1)."""
+    _, body = decode_tolerant_response(frame, ApiKey.DESCRIBE_TRANSACTIONS, 0)
+    state = body.transaction_states[0]
+    return int(state.error_code), int(state.producer_id), int(state.producer_epoch)

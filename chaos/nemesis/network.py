@@ -63,7 +63,7 @@ class NetworkNemesis(TargetInjector):
             raise ValueError(f"network nemesis cannot inject {spec.kind!r}")
         nodes = self.nodes_for(spec)
         record = self.start_record(spec, nodes)
-        baseline = {n: api_versions_exchange(*self.network.proxy_address(n)) for n in nodes}
+        baseline = {n: _fastest_exchange(*self.network.proxy_address(n)) for n in nodes}
         for n in nodes:
             record.details.setdefault("toxics", {})[n] = self._apply(spec, proxy_name(n))
         checks = [self._check(spec, n, baseline[n]) for n in nodes]
@@ -135,3 +135,10 @@ class NetworkNemesis(TargetInjector):
             slices = response_bytes / max(1, int(p("average_size", 8)) + int(p("size_variation", 4)))
             return slices * int(p("delay_us", 10_000)) / 1e6
         return 0.0
+
+
+def _fastest_exchange(host: str, port: int, samples: int = 3) -> tuple[float, int] | None:
+    """The fastest of a few ApiVersions round trips: one sample on a loaded machine can be
+    slow enough to hide the delay a toxic adds (seen: 0.18 s baseline, +0.34 s for 0.5 s)."""
+    got = [x for x in (api_versions_exchange(host, port) for _ in range(samples)) if x is not None]
+    return min(got) if got else None

@@ -2,9 +2,10 @@
 matched by api key, version, node and transactional id.
 
 Two carriers, one hook (chaos.nemesis.request_faults): the reference broker asks it
-before serving each request (deterministic), and the capture proxy (replay/proxy.py)
-asks it before forwarding, which works for any target (its upstreams are whatever the
-brokers advertise, so behind a ToxiproxyNetwork they are the fault proxies).
+before serving each request (deterministic), and on every other target a capture proxy
+in front of every broker (chaos.nemesis.request_proxy; replay/proxy.py's fault seam)
+asks it before forwarding. Then the workload's clients bootstrap through that proxy
+(``client_view``), which rewrites every advertised endpoint to itself.
 ``hold-endtxn`` holds EndTxn for ``ms`` (KAFKA-17754's starting condition). The hook
 counts matches: a fault that matched no request is not effective.
 
@@ -22,8 +23,8 @@ from kio.schema.errors import ErrorCode
 from chaos.nemesis.base import FaultRecord, FaultSpec
 from chaos.nemesis.common import TargetInjector
 from chaos.nemesis.request_faults import RequestFault, RequestFaultHook, RequestMatch
+from chaos.nemesis.request_proxy import ProxiedTarget, RequestProxy
 from chaos.nemesis.select import resolve_role
-from fixtures.target import NotSupportedByTarget
 from reference_impl.protocol.api_keys import ApiKey
 
 END_TXN = ApiKey.END_TXN
@@ -34,22 +35,33 @@ class RequestNemesis(TargetInjector):
     kinds = tuple(_ACTION)
 
     def __init__(self, hook: RequestFaultHook | None = None, seed: int = 0) -> None:
-        """``hook``: one already installed in a capture proxy; None: install one in the
-        target's broker (the reference broker has the seam)."""
+        """``hook``: one already installed in a capture proxy the caller runs; None: the
+        target's broker seam (the reference) or, lacking one, our own capture proxy."""
         super().__init__(seed)
         self.hook = hook
         self._installed = False
+        self.proxy: RequestProxy | None = None
         self._faults: dict[int, RequestFault] = {}
 
     def setup(self, target: Any) -> None:
         super().setup(target)
-        if self.hook is None:
-            if not hasattr(target, "install_request_hook"):
-                raise NotSupportedByTarget(
-                    f"{target.kind} has no per-request fault seam; put the capture proxy in front of it")
-            self.hook = RequestFaultHook()
+        if self.hook is not None:
+            return
+        self.hook = RequestFaultHook()
+        if hasattr(target, "install_request_hook"):
             target.install_request_hook(self.hook)
             self._installed = True
+        else:
+            self.proxy = RequestProxy(target, self.hook).start()
+
+    @property
+    def carrier(self) -> str:
+        return "capture-proxy" if self.proxy is not None else "broker" if self._installed else "caller's proxy"
+
+    def client_view(self, target: Any) -> Any:
+        """The target the workload's clients must use: through our capture proxy if we run
+        one (else the faults would never see their requests)."""
+        return target if self.proxy is None else ProxiedTarget(target, self.proxy.bootstrap_servers)
 
     def invoke(self, spec: FaultSpec) -> FaultRecord:
         if spec.kind not in _ACTION:
@@ -58,6 +70,9 @@ class RequestNemesis(TargetInjector):
         fault = self._fault(spec, node)
         record = self.start_record(spec, (node,) if node is not None else tuple(self.target.node_ids))
         record.details["fault_id"] = fault.fault_id
+        record.details["carrier"] = self.carrier
+        if self.proxy is not None:
+            record.details["proxy_listeners"] = self.proxy.listeners()
         self._faults[fault.fault_id] = fault
         assert self.hook is not None
         self.hook.add(fault)
@@ -68,14 +83,19 @@ class RequestNemesis(TargetInjector):
         matched = 0 if fault is None or self.hook is None else self.hook.remove(fault)
         record.details["matched"] = matched
         record.effective = matched > 0
-        record.evidence = f"{matched} matching request(s) {_ACTION[record.spec.kind]}"
+        record.evidence = f"{matched} matching request(s) {_ACTION[record.spec.kind]} (in the {self.carrier})"
         return self.close_record(record)
 
     def teardown(self) -> None:
-        super().teardown()
-        if self._installed:
-            self.target.install_request_hook(None)
-            self._installed = False
+        try:
+            super().teardown()
+        finally:
+            if self._installed:
+                self.target.install_request_hook(None)
+                self._installed = False
+            if self.proxy is not None:
+                self.proxy.stop()
+                self.proxy = None
 
     def _node(self, spec: FaultSpec) -> int | None:
         if spec.target == "role":

@@ -40,3 +40,9 @@ def test_bad_input_is_one_line_and_exit_2():
     r = _kipcheck("chaos", "--nemesis", "kill:nowhere", timeout=60)
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [r.stderr.strip()] and r.stderr.startswith("kipcheck: error: ")
+
+
+def test_bad_queue_option_is_one_line_and_exit_2():
+    r = _kipcheck("chaos", "--workload", "queue", "--replication-factor", "0", "--faults", "none", timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.strip() == "kipcheck: error: --replication-factor must be at least 1"

@@ -72,3 +72,35 @@ def test_report_is_self_contained_svg():
     page = render(h, {**res["checkers"], **res}, [GOOD_FAULT], {"seed": 1})
     assert page.count("<svg") == 2 and "<script" not in page and "http" not in page.replace(
         'xmlns="http://www.w3.org/2000/svg"', "")
+
+
+def test_a_fault_the_target_cannot_inject_ends_the_run_as_could_not_run(tmp_path):
+    """pause on the reference (its nodes share one ticker): exit 2, never an "unknown" run."""
+    import pytest
+
+    from chaos.runner import CouldNotRun, RunConfig, run
+
+    cfg = RunConfig(target="reference:nodes=3", workload="queue", faults="pause", seed=1, time_limit_s=20,
+                    out=tmp_path, workload_options={"max_ops": 100_000})
+    with pytest.raises(CouldNotRun, match="not supported by target: pause: reference cannot pause"):
+        run(cfg, log=lambda _m: None)
+
+
+def test_the_schedule_waits_for_the_workload_to_be_ready_but_not_forever():
+    import threading
+    import time
+
+    from chaos.runner import _wait_ready
+
+    class Workload:
+        def __init__(self, after_s):
+            self.t0, self.after_s = time.monotonic(), after_s
+
+        def ready(self):
+            return time.monotonic() - self.t0 >= self.after_s
+
+    alive = threading.Thread(target=time.sleep, args=(30,), daemon=True)
+    alive.start()
+    assert 0.3 <= _wait_ready(Workload(0.3), alive, 20.0) < 15.0
+    assert 0.5 <= _wait_ready(Workload(1e9), alive, 0.5) < 15.0  # never ready: bounded
+    assert _wait_ready(object(), alive, 20.0) < 1.0  # no ready(): at once

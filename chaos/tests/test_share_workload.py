@@ -1,5 +1,5 @@
 """The share-group workload (``--workload share``) on ``reference:nodes=3``: a broken
-reference (``SharePartitionManager.broken_forget_state_on_leader_move``: the next leader of a
+reference (seeded bug ``share-leader-move-forgets-state``: the next leader of a
 share-partition ignores its persisted state and starts again from the earliest offset)
 passes a calm run and is flagged by the same run with node kills (redelivery after an
 acknowledgement, KIP-932 STATE.005/STATE.008)."""
@@ -10,17 +10,14 @@ from chaos.client.outcomes import FAIL, INFO, classify
 from chaos.runner import RunConfig, run
 from chaos.workloads import make_workload
 from chaos.workloads.share import ShareWorkload
+from reference_impl.model import seeded_bugs as bugs
 
 SEED, TIME_LIMIT_S = 5, 12
 
 
-def _break(target) -> None:
-    target.cluster.cluster.state.share_partitions.broken_forget_state_on_leader_move = True
-
-
 def _run(faults: str, out) -> dict:
-    cfg = RunConfig(target="reference:nodes=3", workload="share", faults=faults, seed=SEED,
-                    time_limit_s=TIME_LIMIT_S, out=out, target_hook=_break)
+    cfg = RunConfig(target=f"reference:nodes=3:bug={bugs.SHARE_LEADER_MOVE_FORGETS_STATE}", workload="share",
+                    faults=faults, seed=SEED, time_limit_s=TIME_LIMIT_S, out=out)
     return run(cfg, log=lambda _m: None).check
 
 

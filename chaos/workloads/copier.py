@@ -64,6 +64,15 @@ class CopierWorkload:
         client_ops.create_topic(target, self.input, partitions=self.partitions)
         client_ops.create_topic(target, self.output, partitions=self.partitions)
 
+    def ready(self) -> bool:
+        """A copier incarnation committed its first transaction (faults before that find no
+        EndTxn to hold and no zombie to hijack; a JVM target can take many seconds)."""
+        try:
+            with self.copier_history.open() as f:
+                return any('"type": "ok"' in line and '"f": "txn"' in line for line in f)
+        except OSError:
+            return False
+
     # ------------------------------------------------------------------ run
 
     def run(self, stop: threading.Event) -> None:

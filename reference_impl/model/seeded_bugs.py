@@ -71,6 +71,9 @@ REQUIRE_STABLE_IGNORED = "require-stable-ignored"
 OFFSET_FETCH_MISSING_IS_ZERO = "offset-fetch-missing-is-zero"
 FETCH_PAST_END_NO_ERROR = "fetch-past-end-no-error"
 CRC_NOT_CHECKED = "crc-not-checked"
+# -- caught only under faults (kipcheck chaos; chaos/tests/test_broken_reference.py) -----------------
+TXN_COMMIT_ABORTED_ON_DOWN_REPLICA = "txn-commit-aborted-on-down-replica"
+SHARE_LEADER_MOVE_FORGETS_STATE = "share-leader-move-forgets-state"
 
 BUGS: tuple[SeededBug, ...] = (
     _bug(SHARE_ACKS_NOT_APPLIED, "KIP-932",
@@ -141,9 +144,19 @@ BUGS: tuple[SeededBug, ...] = (
          "Fetch beyond the log end offset answers no records instead of OFFSET_OUT_OF_RANGE"),
     _bug(CRC_NOT_CHECKED, "protocol", ("PROTO.BAD.001",),
          "a produced batch with a wrong CRC is appended instead of CORRUPT_MESSAGE"),
+    _bug(TXN_COMMIT_ABORTED_ON_DOWN_REPLICA, "KIP-98", ("KIP-98.TXN.001",),
+         "while a replica of a participant partition is down, a committing transaction gets an ABORT "
+         "marker there: the commit lands on only some partitions (only a run with node faults sees it)"),
+    _bug(SHARE_LEADER_MOVE_FORGETS_STATE, "KIP-932", ("KIP-932.STATE.005", "KIP-932.STATE.008"),
+         "when a share-partition's leader goes down, the next leader ignores the persisted state and "
+         "starts again from share.auto.offset.reset: acquired and acknowledged records come back "
+         "(only a run with node faults sees it)"),
 )
 
 BY_NAME: dict[str, SeededBug] = {b.name: b for b in BUGS}
+CHAOS_ONLY: frozenset[str] = frozenset({TXN_COMMIT_ABORTED_ON_DOWN_REPLICA, SHARE_LEADER_MOVE_FORGETS_STATE})
+"""Bugs only a run with faults can see (judged by `kipcheck chaos`, chaos/tests); the calm
+power matrix leaves them out unless named."""
 
 
 @dataclass(frozen=True, slots=True)

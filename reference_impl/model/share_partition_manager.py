@@ -34,6 +34,7 @@ from reference_impl.model.share_partition import (
     SharePartition,
 )
 from reference_impl.model.share_partition_config import SharePartitionConfig
+from reference_impl.model import seeded_bugs as bugs
 from reference_impl.model.share_session import DEFAULT_MAX_SHARE_SESSIONS, ShareSession, ShareSessionCache
 
 SharePartitionId = tuple[str, uuid.UUID, int]  # (group id, topic id, partition)
@@ -77,11 +78,6 @@ class SharePartitionManager:
         # member keeps its acquired records until their locks expire (observed on 4.4.0).
         # The KIP says the old session's acquired records are released. True = the KIP.
         self.release_on_session_replace = False
-        # Model-only and for tests only (chaos/tests/test_share_workload.py): a deliberately
-        # broken leader move. True = share-partitions led by a node that goes down are
-        # dropped and the next leader ignores their persisted state, starting again from
-        # share.auto.offset.reset (acknowledged records come back).
-        self.broken_forget_state_on_leader_move = False
         self._broken_reload: set[SharePartitionId] = set()
         self.group_configs: dict[str, dict[str, Any]] = {}
         self.partitions: dict[SharePartitionId, SharePartition] = {}
@@ -329,8 +325,9 @@ class SharePartitionManager:
         return len(gone)
 
     def broken_leader_moved(self, led_here: Callable[[str, int], bool]) -> int:
-        """The deliberately broken leader move (``broken_forget_state_on_leader_move``)."""
-        if not self.broken_forget_state_on_leader_move:
+        """The seeded bug ``share-leader-move-forgets-state``: partitions led by a node that
+        went down are dropped and their next leader ignores the persisted state."""
+        if not self.config.seeded_bugs.has(bugs.SHARE_LEADER_MOVE_FORGETS_STATE):
             return 0
         gone = [k for k, sp in self.partitions.items() if led_here(sp.topic, sp.partition)]
         for key in gone:

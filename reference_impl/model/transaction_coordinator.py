@@ -115,11 +115,6 @@ class TransactionConfig:
     # transaction.roundtrip.version is finalized; then CONCURRENT_TRANSACTIONS as today
     # (DIV-200202). Below the clients' default request.timeout.ms (30 s).
     add_partitions_hold_max_ms: int = 10_000
-    # Model-only and for tests only (chaos/tests/test_broken_reference.py): a deliberately
-    # broken coordinator that, while a replica of a participant partition is down, writes
-    # an ABORT marker there for a committing transaction, so the commit lands on only
-    # some partitions (breaks KIP-98.TXN.001). Never set by any target spec.
-    broken_abort_markers_on_down_replica: bool = False
     # Deliberate bugs (reference:bug=NAME; seeded_bugs.py).
     seeded_bugs: SeededBugs = NO_BUGS
 
@@ -849,9 +844,9 @@ class TransactionCoordinator:
             if state is None:
                 pending.discard(participant)  # topic deleted: Kafka drops the marker
                 continue
-            if committed and self.txn_config.broken_abort_markers_on_down_replica and (
+            if committed and self.txn_config.seeded_bugs.has(bugs.TXN_COMMIT_ABORTED_ON_DOWN_REPLICA) and (
                     set(state.replicas) - set(self.topics.alive)):
-                control = ControlType.ABORT  # the deliberate bug (see TransactionConfig)
+                control = ControlType.ABORT  # the deliberate bug (seeded_bugs.py)
             elif state.leader < 0:
                 continue  # no live leader yet: retried on a later tick
             else:

@@ -37,70 +37,25 @@ from conformance.wire_ops import Req
 FINAL_STATES = {"CompleteCommit", "CompleteAbort"}
 
 
-class _Reader:
-    """Minimal reader of a flexible response body (kio refuses the start time -1 that
-    Kafka answers for a transaction that has not started)."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data, self.pos = data, 0
-
-    def take(self, n: int) -> bytes:
-        out = self.data[self.pos:self.pos + n]
-        self.pos += n
-        return out
-
-    def int(self, size: int) -> int:
-        return int.from_bytes(self.take(size), "big", signed=True)
-
-    def uvarint(self) -> int:
-        shift = value = 0
-        while True:
-            b = self.take(1)[0]
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return value
-            shift += 7
-
-    def string(self) -> str | None:
-        n = self.uvarint() - 1
-        return None if n < 0 else self.take(n).decode()
-
-    def array(self, item):
-        n = self.uvarint() - 1
-        return [] if n < 0 else [item() for _ in range(n)]
-
-    def tags(self) -> None:
-        for _ in range(self.uvarint()):
-            self.uvarint()
-            self.take(self.uvarint())
-
-
 def describe(node, tid: str) -> dict[str, Any]:
+    """DescribeTransactions v0 for one id, read with the generated tolerant class
+    (schemas.tolerant_response): kio refuses the start time -1 that Kafka answers for a
+    transaction that has not started."""
     from reference_impl.protocol import framing, payloads
+    from reference_impl.protocol.schemas import decode_tolerant_response
 
     Req(node, DESCRIBE_TRANSACTIONS, 0)  # NotSupportedByTarget unless v0 is spoken
     payload = payloads.build(framing.request_schema(DESCRIBE_TRANSACTIONS, 0), transactional_ids=(tid,))
     frame = node.send_frame(framing.encode_request(payload, 7, node.client_id))
-    rd = _Reader(frame)
-    assert rd.int(4) == 7, "correlation id mismatch"
-    rd.tags()  # response header v1
-    rd.int(4)  # throttle time
-
-    def topic():
-        t = {"topic": rd.string(), "partitions": rd.array(lambda: rd.int(4))}
-        rd.tags()
-        return t
-
-    def state():
-        s = {
-            "error": rd.int(2), "transactional_id": rd.string(), "state": rd.string(), "timeout_ms": rd.int(4),
-            "start_time_set": rd.int(8) >= 0, "producer_id": rd.int(8), "producer_epoch": rd.int(2),
-        }
-        s["topics"] = {t["topic"]: sorted(t["partitions"]) for t in rd.array(topic)}
-        rd.tags()
-        return s
-
-    return rd.array(state)[0]
+    correlation_id, body = decode_tolerant_response(frame, DESCRIBE_TRANSACTIONS, 0)
+    assert correlation_id == 7, "correlation id mismatch"
+    s = body.transaction_states[0]
+    return {
+        "error": int(s.error_code), "transactional_id": s.transactional_id, "state": s.transaction_state,
+        "timeout_ms": int(s.transaction_timeout_ms), "start_time_set": int(s.transaction_start_time_ms) >= 0,
+        "producer_id": int(s.producer_id), "producer_epoch": int(s.producer_epoch),
+        "topics": {t.topic: sorted(int(p) for p in t.partitions) for t in s.topics},
+    }
 
 
 def list_all(cc, *, states: tuple[str, ...] = (), pids: tuple[int, ...] = ()) -> dict[str, Any]:

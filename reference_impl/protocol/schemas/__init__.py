@@ -1,4 +1,5 @@
-"""Message schemas kio does not have: KIP-1289's TxnShareAcknowledge (api key 93).
+"""Message schemas kio does not have: KIP-1289's TxnShareAcknowledge (api key 93), and
+tolerant versions of kio schemas that refuse values Kafka really sends.
 
 `json/` holds the message-schema JSON in Kafka's format (with a note of the KIP section it
 comes from), `generated/` the classes `codegen.py` makes from it. `lookup()` is the one
@@ -25,3 +26,35 @@ def lookup(api_key: int, api_version: int, kind: str) -> type | None:
     package, stem, _ = entry
     module = importlib.import_module(f"{__name__}.generated.{package}.v{api_version}.{kind}")
     return getattr(module, f"{stem}{kind.capitalize()}")
+
+
+# api key -> (generated package, class name stem, valid versions) of responses kio knows but
+# refuses as Kafka sends them: DescribeTransactions v0's TransactionStartTimeMs is -1 for an
+# id with no transaction started, which kio's timestamp type rejects.
+TOLERANT_RESPONSES: dict[int, tuple[str, str, range]] = {
+    65: ("describe_transactions", "DescribeTransactions", range(0, 1)),
+}
+
+
+def tolerant_response(api_key: int, api_version: int) -> type | None:
+    """The generated tolerant response class for (api_key, api_version), or None."""
+    entry = TOLERANT_RESPONSES.get(api_key)
+    if entry is None or api_version not in entry[2]:
+        return None
+    package, stem, _ = entry
+    module = importlib.import_module(f"{__name__}.generated.{package}.v{api_version}.response")
+    return getattr(module, f"{stem}Response")
+
+
+def decode_tolerant_response(frame: bytes, api_key: int, api_version: int) -> tuple[int, object]:
+    """(correlation id, body) of a response frame (no size prefix) with the tolerant class."""
+    from reference_impl.protocol import framing
+
+    cls = tolerant_response(api_key, api_version)
+    if cls is None:
+        raise LookupError(f"no tolerant schema for api {api_key} v{api_version}")
+    header_cls = framing.ResponseHeaderV1 if framing.response_header_version(api_key, api_version) == 1 \
+        else framing.ResponseHeaderV0
+    header, size = framing.decode_entity(header_cls, frame)
+    body, _ = framing.decode_entity(cls, frame, size)
+    return int(header.correlation_id), body
