@@ -23,13 +23,13 @@ from conformance.share_ops import (
     SHARE_COORDINATOR_KEY_TYPE, E, SharePartitionUnderTest, ack_codes, effective_spso, kafka_uuid, leader_epoch,
     nested, persisted_states,
 )
+from conformance.suites.kip932.test_share_surface import KIP_ERROR_CODES
 from fixtures.target import NotSupportedByTarget
 from reference_impl.client.raw_client import ClusterClient
 from reference_impl.protocol.api_keys import ApiKey
 
 INIT, READ, WRITE, SUMMARY = (ApiKey.INITIALIZE_SHARE_GROUP_STATE, ApiKey.READ_SHARE_GROUP_STATE,
                               ApiKey.WRITE_SHARE_GROUP_STATE, ApiKey.READ_SHARE_GROUP_STATE_SUMMARY)
-FENCED_STATE_EPOCH = 124  # KIP-932's new error code (kio: E.fenced_state_epoch)
 WAIT_S = 20.0
 # A read of a share-partition without state: the KIP's answers, and Kafka's (DIV-93203).
 UNINITIALISED = (E.unknown_topic_or_partition, E.group_id_not_found, E.invalid_request)
@@ -148,7 +148,7 @@ def test_stale_state_epoch_and_leader_epoch_are_fenced(sp, record_property):
     before = as_tuple(state)
     s_epoch, l_epoch = int(state.state_epoch), leader_epoch(sp.cc, sp.tid, 0)
     stale = write(sp.cc, sp.group, sp.tid, state, state_epoch=s_epoch - 1, leader=l_epoch)
-    assert int(stale.error_code) == FENCED_STATE_EPOCH == E.fenced_state_epoch, stale
+    assert int(stale.error_code) == KIP_ERROR_CODES["FENCED_STATE_EPOCH"] == E.fenced_state_epoch, stale
     assert as_tuple(read(sp.cc, sp.group, sp.tid)) == before
     newer = read(sp.cc, sp.group, sp.tid, leader=l_epoch + 5)
     assert newer.error_code == E.none and as_tuple(newer) == before, newer
