@@ -112,15 +112,18 @@ def test_describe_reports_every_field_of_two_members(target, unique):
 
 @pytest.mark.requirement("KIP-932.ADMIN.003")
 def test_describe_errors_are_per_group(target, unique):
-    """One ShareGroupDescribe for an existing group and an unknown id: the unknown one is
+    """One ShareGroupDescribe (to their common coordinator) for an existing group and an
+    unknown id: the unknown one is
     GROUP_ID_NOT_FOUND in its own entry, the other is described; an empty group id is
     INVALID_GROUP_ID; on a broker that is not the coordinator the entry says NOT_COORDINATOR."""
     require_share_groups(target)
     require_describe(target)
     with wire_ops.cluster_client(target) as cc:
         topic, _ = new_topic(target, cc, unique, 1)
-        group, ghost = unique.group(), unique.group()
+        group = unique.group()
         coord = coordinator(cc, group)
+        ghost = next((g for g in (unique.group() for _ in range(50)) if coordinator(cc, g) is coord), None)
+        assert ghost is not None, "no unknown group id found with the same coordinator"
         Member(coord, group, [topic]).beat()
         got = eventually(lambda: _described(coord, group, ghost))
         assert got[ghost].error_code == E.group_id_not_found, got[ghost]

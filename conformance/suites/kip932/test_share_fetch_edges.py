@@ -17,8 +17,8 @@ import pytest
 
 from conformance import wire_ops
 from conformance.share_ops import (
-    ACCEPT, RELEASE, E, SharePartitionUnderTest, ShareSession, acquired, delivery_counts, new_member_id,
-    heartbeat, partition_data, produce_values,
+    ACCEPT, RELEASE, E, SharePartitionUnderTest, ShareSession, acquired, delivery_counts, partition_data,
+    produce_values,
 )
 from conformance.suites import require_nodes
 from fixtures.target import NotSupportedByTarget
@@ -112,9 +112,7 @@ def test_share_fetch_to_a_follower_names_the_leader(target, unique):
         followers = [int(n) for n in pm.replica_nodes if int(n) != leader]
         assert followers, f"a replicated topic has no follower: {pm}"
         sp.produce([b"x%d" % i for i in range(3)])
-        member = new_member_id()
-        resp = heartbeat(cc.coordinator_for(sp.group, 0, wait_s=15), sp.group, member, 0, [sp.topic])
-        assert resp.error_code == E.none, resp
+        member = sp.member().member  # joined (coordinator looked up again while Kafka moves it)
         follower = ShareSession(cc.node(followers[0]), sp.group, member)
         got = follower.fetch([sp.key()], max_wait_ms=200)
         assert got.error_code == E.none, got
