@@ -50,6 +50,7 @@ SHARE_SESSION_EPOCH_UNCHECKED = "share-session-epoch-unchecked"
 SHARE_INITIAL_FETCH_ACKS_ACCEPTED = "share-initial-fetch-acks-accepted"
 SHARE_STALE_MEMBER_EPOCH_ACCEPTED = "share-stale-member-epoch-accepted"
 SHARE_GROUP_EPOCH_NOT_BUMPED = "share-group-epoch-not-bumped"
+SHARE_GROUP_SIZE_UNBOUNDED = "share-group-size-unbounded"
 # -- KIP-98: partition leader --------------------------------------------------------------------
 IDEMPOTENT_DUPLICATE_APPENDED = "idempotent-duplicate-appended"
 OUT_OF_ORDER_SEQUENCE_ACCEPTED = "out-of-order-sequence-accepted"
@@ -110,6 +111,8 @@ BUGS: tuple[SeededBug, ...] = (
          "ShareGroupHeartbeat accepts a member epoch the member never had (no FENCED_MEMBER_EPOCH)"),
     _bug(SHARE_GROUP_EPOCH_NOT_BUMPED, "KIP-932", ("KIP-932.EPOCH.001", "KIP-932.EPOCH.002"),
          "the share group epoch does not increase on a subscription change"),
+    _bug(SHARE_GROUP_SIZE_UNBOUNDED, "KIP-932", ("KIP-932.CONFIG.007",),
+         "group.share.max.size is not enforced: a join beyond the cap is accepted (no GROUP_MAX_SIZE_REACHED)"),
     _bug(IDEMPOTENT_DUPLICATE_APPENDED, "KIP-98", ("KIP-98.IDEMP.004", "KIP-98.IDEMP.006"),
          "a retried idempotent batch (same producer, epoch and sequences) is appended a second time"),
     _bug(OUT_OF_ORDER_SEQUENCE_ACCEPTED, "KIP-98", ("KIP-98.IDEMP.005", "KIP-98.IDEMP.003"),

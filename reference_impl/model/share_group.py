@@ -436,7 +436,8 @@ class ShareGroupCoordinator:
         if group is None and member_epoch != JOIN_GROUP_MEMBER_EPOCH:
             raise _Error(ErrorCode.group_id_not_found, f"Share group {group_id} not found.")
         existing = None if group is None else group.members.get(member_id)
-        if group is not None and existing is None and len(group.members) >= self.max_size:
+        if group is not None and existing is None and len(group.members) >= self.max_size \
+                and not self.seeded_bugs.has(bugs.SHARE_GROUP_SIZE_UNBOUNDED):
             raise _Error(
                 ErrorCode.group_max_size_reached,
                 f"The share group has reached its maximum capacity of {self.max_size} members.",
