@@ -139,6 +139,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("-k", dest="keyword", default=None, help="pytest -k expression applied to every bug run")
     ap.add_argument("--out", default="power.json", help="where to write the JSON table (default power.json)")
     ap.add_argument("--timeout", type=float, default=DEFAULT_BUG_TIMEOUT_S, help="seconds per bug run")
+    ap.add_argument("--shard", default=None, metavar="K/N",
+                    help="run only every N-th selected bug starting at K (0-based): parallel nightly jobs")
 
 
 def select_bugs(text: str | None) -> list[SeededBug]:
@@ -151,6 +153,16 @@ def select_bugs(text: str | None) -> list[SeededBug]:
     return [BY_NAME[n] for n in names]
 
 
+def shard_of(bugs: list[SeededBug], text: str | None) -> list[SeededBug]:
+    """``K/N``: the bugs at positions K, K+N, K+2N... (N jobs together run each bug once)."""
+    if not text:
+        return bugs
+    k, sep, n = text.partition("/")
+    if not sep or not k.isdigit() or not n.isdigit() or not 0 <= int(k) < int(n):
+        raise ValueError(f"--shard must be K/N with 0 <= K < N, got {text!r}")
+    return bugs[int(k)::int(n)]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m conformance.power", description=__doc__.splitlines()[0])
     add_arguments(ap)
@@ -160,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     """The power matrix; exit 0 when every selected bug is caught, 1 when one is missed."""
     try:
-        bugs = select_bugs(args.bugs)
+        bugs = shard_of(select_bugs(args.bugs), args.shard)
         if args.workers < 0 or args.timeout <= 0:
             raise ValueError("-n must be >= 0 and --timeout positive")
     except ValueError as exc:

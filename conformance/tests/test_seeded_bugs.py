@@ -97,6 +97,19 @@ def test_power_cli_rejects_an_unknown_bug_in_one_line(capsys):
     assert len(lines) == 1 and lines[0].startswith("kipcheck: error: unknown seeded bug(s) no-such-bug")
 
 
+def test_shards_cover_every_bug_once():
+    every = power.select_bugs(None)
+    shards = [power.shard_of(every, f"{k}/4") for k in range(4)]
+    assert sorted(b.name for s in shards for b in s) == sorted(b.name for b in every)
+    assert power.shard_of(every, None) == every
+
+
+def test_power_cli_rejects_a_bad_shard_in_one_line(capsys):
+    assert cli.main(["power", "--shard", "4/4"]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("kipcheck: error: --shard must be K/N")
+
+
 def test_tally_counts_failures_as_catches():
     bug = bugs.BY_NAME[bugs.CRC_NOT_CHECKED]
     rows = [{"nodeid": "a", "verdict": "pass"}, {"nodeid": "b", "verdict": "fail"},
@@ -117,6 +130,8 @@ def test_nightly_workflow_runs_the_whole_matrix():
     assert 0 < job["timeout-minutes"] <= 180
     steps = {s.get("name", s.get("uses")): s for s in job["steps"]}
     run = steps["power matrix"]["run"]
+    shards = job["strategy"]["matrix"]["shard"]
+    assert shards == list(range(len(shards))) and f"--shard ${{{{ matrix.shard }}}}/{len(shards)}" in run
     assert "kipcheck power" in run and "--out power-out/power.json" in run
     assert steps["upload artefacts"]["if"] == "always()"
 
