@@ -147,18 +147,18 @@ def test_partition_isolating_the_txn_coordinator(cluster, nemesis) -> None:
 
     history = rec.history()
     ops = list(history)
-    print("\n".join(f"{op['process']} {op['type']} {op['f']} {op.get('error') or ''}" for op in ops))
-    fault = [op for op in ops if op["f"] in NEMESIS_FS and op["type"] == "ok"]
-    assert [op["f"] for op in fault] == ["start-fault", "stop-fault"]
-    assert fault[0]["value"]["nodes"] == [coordinator] and fault[0]["value"]["effective"] is True
-    cut_from, cut_to = fault[0]["time_ns"], next(op for op in ops if op["f"] == "stop-fault")["time_ns"]
-    txns = [op for op in ops if op["f"] == "txn" and op["type"] != "invoke"]
-    in_cut = [op for op in txns if cut_from <= op["time_ns"] < cut_to]
+    print("\n".join(f"{op.process} {op.type} {op.f} {op.error or ''}" for op in ops))
+    fault = [op for op in ops if op.f in NEMESIS_FS and op.type == "ok"]
+    assert [op.f for op in fault] == ["start-fault", "stop-fault"]
+    assert list(fault[0].value["nodes"]) == [coordinator] and fault[0].value["effective"] is True
+    cut_from, cut_to = fault[0].time_ns, next(op for op in ops if op.f == "stop-fault").time_ns
+    txns = [op for op in ops if op.f == "txn" and op.type != "invoke"]
+    in_cut = [op for op in txns if cut_from <= op.time_ns < cut_to]
     # The isolated coordinator cannot replicate its transaction log (min ISR 2 of 3): a commit
     # inside the cut completes ok only if Kafka moved the coordinator to the majority side.
-    assert moved or all(op["type"] != "ok" for op in in_cut), in_cut
-    assert txns[0]["type"] == "ok" and txns[0]["time_ns"] < cut_from, "no baseline commit before the cut"
-    assert txns[-1]["type"] == "ok" and txns[-1]["time_ns"] > cut_to, "no commit after the heal"
+    assert moved or all(op.type != "ok" for op in in_cut), in_cut
+    assert txns[0].type == "ok" and txns[0].time_ns < cut_from, "no baseline commit before the cut"
+    assert txns[-1].type == "ok" and txns[-1].time_ns > cut_to, "no commit after the heal"
 
 
 def _recover(cluster, p, tid: str, topic: str, during: dict, rec) -> None:
