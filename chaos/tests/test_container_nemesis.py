@@ -18,8 +18,8 @@ from chaos.nemesis.container import ContainerNemesis
 from fixtures.target import NotSupportedByTarget
 from fixtures.targets import create_target
 
-# A container start may take two attempts of half the start-up timeout (360 s) each.
-pytestmark = pytest.mark.deadline(600)
+# A container start waits while the brokers make progress: up to two attempts of 600 s.
+pytestmark = pytest.mark.deadline(1300)
 
 
 
@@ -63,11 +63,24 @@ def _producer(cluster, tid: str):
     return p
 
 
-def _commit_one(p, topic: str, value: bytes, timeout_s: float) -> None:
+def _commit_one(p, topic: str, value: int, timeout_s: float, rec=None) -> None:
+    """One transaction writing `value` to each of the 3 partitions; recorded as a txn op."""
+    inv = rec.invoke(0, "txn", _sends(topic, value)) if rec else None
     p.begin_transaction()
     for part in range(3):
-        p.produce(topic, value, partition=part)
-    p.commit_transaction(timeout_s)
+        p.produce(topic, str(value).encode(), partition=part)
+    try:
+        p.commit_transaction(timeout_s)
+    except Exception as exc:
+        if rec:
+            rec.complete(inv, "info", error=exc)
+        raise
+    if rec:
+        rec.complete(inv, "ok")
+
+
+def _sends(topic: str, value: int) -> list:
+    return [["send", f"{topic}-{part}", value] for part in range(3)]
 
 
 def _coordinator_seen_by_majority(cluster, tid: str, isolated: int) -> tuple[int, int]:
@@ -80,21 +93,32 @@ def _coordinator_seen_by_majority(cluster, tid: str, isolated: int) -> tuple[int
 
 
 def test_partition_isolating_the_txn_coordinator(cluster, nemesis) -> None:
+    """The cut is visible in the recorded history: the nemesis op names the isolated
+    coordinator with effective=True, the transaction whose commit falls in the window does
+    not complete ok inside it (unless a majority-side coordinator took over), and one
+    commits after the heal."""
     from confluent_kafka import KafkaException
 
+    from chaos.history import NEMESIS_FS
+    from chaos.nemesis.base import NEMESIS_PROCESS
+    from chaos.recorder import Recorder
+
     topic, tid = f"kc-part-{uuid.uuid4().hex[:8]}", f"kc-tid-{uuid.uuid4().hex[:8]}"
+    rec = Recorder()
     _create_topic(cluster, topic)
     p = _producer(cluster, tid)
-    _commit_one(p, topic, b"before", 60)  # baseline: commits on the healthy cluster
+    _commit_one(p, topic, 1, 60, rec)  # baseline: commits on the healthy cluster
 
+    during = rec.invoke(0, "txn", _sends(topic, 2))
     p.begin_transaction()  # the transaction is open and has data before the cut
     for part in range(3):
-        p.produce(topic, b"during", partition=part)
+        p.produce(topic, b"2", partition=part)
     assert p.flush(60) == 0
 
     spec = FaultSpec("partition", target="role", role="txn-coordinator", params=(("key", tid),))
+    start = rec.invoke(NEMESIS_PROCESS, "start-fault", {"fault": spec.name})
     record = nemesis.invoke(spec)
-    print(record.to_dict())
+    rec.complete(start, "ok", record.to_dict())
     assert record.effective, record.evidence
     coordinator = record.nodes[0]
     assert coordinator in cluster.node_ids
@@ -103,6 +127,7 @@ def test_partition_isolating_the_txn_coordinator(cluster, nemesis) -> None:
     try:
         p.commit_transaction(30)
         outcome = "committed"
+        rec.complete(during, "ok")
     except KafkaException as exc:
         outcome = f"failed: {exc}"
     took = time.monotonic() - t0
@@ -110,35 +135,52 @@ def test_partition_isolating_the_txn_coordinator(cluster, nemesis) -> None:
     moved = error == 0 and seen != coordinator
     print(f"commit during the partition: {outcome} after {took:.1f}s; majority side's coordinator: "
           f"node {seen} (error {error}), isolated node {coordinator}")
-    # The isolated coordinator cannot replicate its transaction log (min ISR 2 of 3): either the
-    # commit does not complete, or Kafka fenced the isolated broker and the transaction was
-    # completed by a new coordinator on the majority side - never by the isolated one.
-    assert outcome != "committed" or moved, "a commit completed while its coordinator was isolated"
 
+    stop = rec.invoke(NEMESIS_PROCESS, "stop-fault", {"fault": spec.name})
     nemesis.heal(record)
+    rec.complete(stop, "ok", record.to_dict())
     assert all(record.details["reachable_after_heal"].values()), record.details
     cluster._wait_all(cluster.node_ids, "cluster after the heal")
-    if outcome == "committed":
-        _commit_one(p, topic, b"after", 120)
-        return
+    if outcome != "committed":
+        _recover(cluster, p, tid, topic, during, rec)
+    _commit_one(p if outcome == "committed" else _producer(cluster, tid), topic, 4, 120, rec)
 
-    # Recovery: the pending commit completes on retry, or is aborted and a new one commits.
-    deadline, committed, last = time.monotonic() + 240, False, None
-    while not committed and time.monotonic() < deadline:
+    history = rec.history()
+    ops = list(history)
+    print("\n".join(f"{op.process} {op.type} {op.f} {op.error or ''}" for op in ops))
+    fault = [op for op in ops if op.f in NEMESIS_FS and op.type == "ok"]
+    assert [op.f for op in fault] == ["start-fault", "stop-fault"]
+    assert list(fault[0].value["nodes"]) == [coordinator] and fault[0].value["effective"] is True
+    cut_from, cut_to = fault[0].time_ns, next(op for op in ops if op.f == "stop-fault").time_ns
+    txns = [op for op in ops if op.f == "txn" and op.type != "invoke"]
+    in_cut = [op for op in txns if cut_from <= op.time_ns < cut_to]
+    # The isolated coordinator cannot replicate its transaction log (min ISR 2 of 3): a commit
+    # inside the cut completes ok only if Kafka moved the coordinator to the majority side.
+    assert moved or all(op.type != "ok" for op in in_cut), in_cut
+    assert txns[0].type == "ok" and txns[0].time_ns < cut_from, "no baseline commit before the cut"
+    assert txns[-1].type == "ok" and txns[-1].time_ns > cut_to, "no commit after the heal"
+
+
+def _recover(cluster, p, tid: str, topic: str, during: dict, rec) -> None:
+    """After the heal the pending commit completes on retry, or is aborted (recorded fail)."""
+    from confluent_kafka import KafkaException
+
+    deadline, last = time.monotonic() + 240, None
+    while time.monotonic() < deadline:
         try:
             p.commit_transaction(30)
-            committed = True
+            rec.complete(during, "ok")
+            return
         except KafkaException as exc:
             last = exc.args[0]
             if last.txn_requires_abort():
                 p.abort_transaction(60)
-                _commit_one(p, topic, b"after", 60)
-                committed = True
-            elif last.fatal():
-                p = _producer(cluster, tid)
-                _commit_one(p, topic, b"after", 60)
-                committed = True
-    assert committed, f"no transaction committed within 240 s after the heal: {last}"
+                rec.complete(during, "fail", error=last)
+                return
+            if last.fatal():
+                rec.complete(during, "info", error=last)
+                return
+    raise AssertionError(f"the pending commit neither completed nor aborted within 240 s after the heal: {last}")
 
 
 def test_kill_pause_restart_each_bite_and_heal(cluster, nemesis) -> None:

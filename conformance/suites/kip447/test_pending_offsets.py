@@ -24,6 +24,7 @@ from conformance.suites.kip447 import (
     offset_fetch,
 )
 from fixtures.target import NotSupportedByTarget
+from kio.schema.errors import ErrorCode
 from reference_impl.protocol.api_keys import ApiKey
 
 
@@ -53,6 +54,19 @@ def _wait_resolved(coord, group, topic, partitions, timeout_s: float = 15.0):
         time.sleep(0.05)
 
 
+def _seed(coord, group: str, topic: str, partition: int, offset: int, wait_s: float = 30.0) -> int:
+    """OffsetCommit of the seed offsets, retried while the group coordinator does not know the
+    topic yet: on several brokers it may learn of a just-created topic from the controller a
+    moment after the broker that answered CreateTopics (UNKNOWN_TOPIC_OR_PARTITION meanwhile;
+    seen on testcontainers:nodes=3, Kafka 4.4.0)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        code = commit(coord, group, topic, partition, offset)
+        if code != ErrorCode.unknown_topic_or_partition or time.monotonic() > deadline:
+            return code
+        time.sleep(0.1)
+
+
 def pending_offsets_scenario(target, ids):
     """Committed 50 (p0) and 7 (p1); a transaction stages p0=100; stable/unstable fetches;
     commit; a second transaction stages p0=200 and aborts."""
@@ -62,8 +76,8 @@ def pending_offsets_scenario(target, ids):
     codes: set[int] = set()
     with wire_ops.cluster_client(target) as cc:
         coord = group_coordinator(cc, group, topic)
-        obs["seed_commit"] = [commit(coord, group, topic, 0, 50),
-                              commit(coord, group, topic, 1, 7)]
+        obs["seed_commit"] = [_seed(coord, group, topic, 0, 50),
+                              _seed(coord, group, topic, 1, 7)]
         txn = RawTxn(cc, tid)
         obs["init"] = txn.init()
         obs["add_offsets_1"] = txn.add_offsets(group)

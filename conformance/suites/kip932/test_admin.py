@@ -173,8 +173,25 @@ def commit_classic(cc: ClusterClient, group: str, topic: str) -> None:
         time.sleep(0.2)
 
 
+def _wait_leaders(cc: ClusterClient, topic: str, partitions: int, wait_s: float = 30.0) -> None:
+    """Until the broker cc asks names a leader for every partition: with several brokers, one
+    that did not answer CreateTopics learns of the topic from the controller a moment later
+    (seen on testcontainers:nodes=3, Kafka 4.4.0: "no leader" 0.07 s after the create)."""
+    deadline = time.monotonic() + wait_s
+    for p in range(partitions):
+        while True:
+            try:
+                cc.leader_for(topic, p)
+                break
+            except LookupError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+
 def topic_with_records(target, cc: ClusterClient, topic: str, count: int, partitions: int = 1) -> uuid.UUID:
     client_ops.create_topic(target, topic, partitions=partitions)
+    _wait_leaders(cc, topic, partitions)
     produce_values(cc, topic, [b"r%d" % i for i in range(count)])
     return wire_ops.topic_ids(cc, topic).topic_id
 

@@ -22,6 +22,7 @@ from conformance.suites.kip98.test_fencing import (
     INVALID_TXN_STATE,
     NONE,
     NOT_COORDINATOR,
+    _SETTLING,
     add_partitions,
     add_partitions_ok,
     coordinator,
@@ -42,6 +43,19 @@ MAX_TIMEOUT_MS = 900_000  # transaction.max.timeout.ms default; no target overri
 # ----------------------------------------------------------------------------- timeout bounds
 
 
+def _init_once_loaded(cc, tid: str, timeout_ms: int, wait_s: float = 30.0):
+    """InitProducerId retried while tid's coordinator settles. The settle step above warms
+    another id, whose __transaction_state partition may live on another broker (3 nodes):
+    tid's own partition can still be loading (COORDINATOR_LOAD_IN_PROGRESS), an answer with
+    no side effect, so the producer epoch stays 0."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        resp = init_pid(coordinator(cc, tid), tid, timeout_ms=timeout_ms)
+        if int(resp.error_code) not in _SETTLING or time.monotonic() > deadline:
+            return resp
+        time.sleep(0.1)
+
+
 def invalid_timeout_scenario(target, ids) -> dict[str, Any]:
     tid = ids.transactional_id()
     with wire_ops.cluster_client(target) as cc:
@@ -49,8 +63,8 @@ def invalid_timeout_scenario(target, ids) -> dict[str, Any]:
         coord = coordinator(cc, tid)
         above = init_pid(coord, tid, timeout_ms=MAX_TIMEOUT_MS + 1)
         zero = init_pid(coord, tid, timeout_ms=0)
-        at_max = init_pid(coord, tid, timeout_ms=MAX_TIMEOUT_MS)
-        again = init_pid(coord, tid)
+        at_max = _init_once_loaded(cc, tid, MAX_TIMEOUT_MS)
+        again = init_pid(coordinator(cc, tid), tid)
     return {
         "above_max": [int(above.error_code), int(above.producer_id)],
         "zero": [int(zero.error_code), int(zero.producer_id)],

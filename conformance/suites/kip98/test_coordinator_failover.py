@@ -46,6 +46,7 @@ from kio.schema.errors import ErrorCode
 COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE = ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available
 RETRIABLE = {COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, CONCURRENT_TRANSACTIONS}
 EXPIRATION_MAX_MS = 5_000  # longest transactional.id.expiration.ms this suite waits for
+FAILOVER_TXN_TIMEOUT_MS = 300_000
 
 
 def _coordinator_node(cc, tid: str, wait_s: float) -> tuple[int, Any]:
@@ -68,7 +69,11 @@ def failover_scenario(target, ids) -> dict[str, Any]:
     client_ops.create_topic(target, topic)
     vals = [f"open-{i}" for i in range(3)]
     with wire_ops.cluster_client(target) as cc:
-        coord, init, _ = init_ok(cc, tid)
+        # The transaction must outlive the restart: on a loaded machine a broker restart plus
+        # the load of __transaction_state took 70 s (containerized 4.4.0), past a 60 s timeout,
+        # and the coordinator's timeout abort then raced the EndTxn. 5 min is within Kafka's
+        # default transaction.max.timeout.ms (15 min).
+        coord, init, _ = init_ok(cc, tid, timeout_ms=FAILOVER_TXN_TIMEOUT_MS)
         pid, epoch = int(init.producer_id), int(init.producer_epoch)
         add_partitions_ok(coord, tid, pid, epoch, topic, [0])
         produce_txn_ok(cc.leader_for(topic, 0), tid, topic, 0, idem_batch(vals, pid, epoch, 0, True))
