@@ -131,11 +131,11 @@ def run_pure(paths: list[str], cfg: CheckConfig, skip_undecoded: bool) -> tuple[
 def run_spark(paths: list[str], cfg: CheckConfig, skip_undecoded: bool, master: str | None, out: str) -> tuple[Any, dict]:
     from pyspark.sql import functions as F
 
-    from replay.check_spark import SparkChecker
+    from replay.check_spark import SparkChecker, trace_schema
     from replay.spark_session import get_spark
 
     spark = get_spark("kipcheck-check", master, SPARK_CONF)
-    df = spark.read.parquet(*paths)
+    df = spark.read.schema(trace_schema()).parquet(*paths)  # version 1 and 2 segments in one scan
     agg = (df.select(F.count(F.lit(1)).alias("rows"),
                      F.sum(F.when(F.col("kind") == "gap", 1).otherwise(0)).alias("gap_rows"),
                      F.sum(F.when(F.col("kind") == "gap", F.coalesce("gap_count", F.lit(0))).otherwise(0)).alias("gap_exchanges"),
