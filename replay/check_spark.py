@@ -63,11 +63,14 @@ def upgrade(df: Any) -> Any:
                                 F.coalesce(req("$.committed").cast("boolean"), F.lit(False))),
         "granted_producer_id": F.when(grants, resp("$.producer_id").cast("long")),
         "granted_producer_epoch": F.when(grants, resp("$.producer_epoch").cast("smallint")),
-        "share_start_offsets": F.when(api == ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, F.coalesce(spso, F.array()))
-                                .otherwise(F.array()),
+        "share_start_offsets": F.when(api == ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, spso),
     }
     for name, expr in derived.items():
-        df = df.withColumn(name, F.when(v1, expr.cast(df.schema[name].dataType)).otherwise(F.col(name)))
+        dt = df.schema[name].dataType
+        value = expr.cast(dt)
+        if name == "share_start_offsets":  # a list column is never null, as the writer writes it
+            value = F.coalesce(value, F.array().cast(dt))
+        df = df.withColumn(name, F.when(v1, value).otherwise(F.col(name)))
     return df
 
 

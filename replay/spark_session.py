@@ -3,8 +3,9 @@
 Local mode (`local[2]`) unless told otherwise. Under `spark-submit --master URL` the master
 is already set in the Spark conf, and `--master` on our own CLI sets it explicitly; either
 way the job code is the same. On a non-local master the kipcheck packages are zipped and
-shipped with `addPyFile`, because grouped-map functions run our reference models on the
-executors, which do not have kipcheck installed.
+shipped with `addPyFile` (unless spark-submit already shipped the zip with `--py-files`;
+`python -m replay.spark_session zip DIR` writes it), because grouped-map functions run our
+reference models on the executors, which do not have kipcheck installed.
 """
 
 from __future__ import annotations
@@ -61,6 +62,13 @@ def failure_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}{where}"
 
 
+def spark_home_bin(name: str) -> str:
+    """A launcher of the Spark distribution pyspark installs (spark-submit, spark-class)."""
+    import pyspark
+
+    return os.path.join(os.path.dirname(os.path.abspath(pyspark.__file__)), "bin", name)
+
+
 def package_zip(dest_dir: str | None = None) -> str:
     """Zip the kipcheck packages (sources only) for shipping to executors."""
     dest = Path(dest_dir or tempfile.mkdtemp(prefix="kipcheck-pyfiles-")) / "kipcheck_packages.zip"
@@ -102,6 +110,14 @@ def get_spark(app_name: str, master: str | None = None, conf: dict[str, str] | N
             builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    if not spark.sparkContext.master.startswith("local"):
-        spark.sparkContext.addPyFile(package_zip())
+    shipped = spark.sparkContext.getConf().get("spark.submit.pyFiles", "")
+    if not spark.sparkContext.master.startswith("local") and "kipcheck_packages" not in shipped:
+        spark.sparkContext.addPyFile(package_zip())  # not shipped with spark-submit --py-files
     return spark
+
+
+if __name__ == "__main__":  # python -m replay.spark_session zip [DIR]: the --py-files zip
+    if len(sys.argv) < 2 or sys.argv[1] != "zip":
+        print("usage: python -m replay.spark_session zip [DIR]", file=sys.stderr)
+        sys.exit(2)
+    print(package_zip(sys.argv[2] if len(sys.argv) > 2 else None))

@@ -94,6 +94,7 @@ def mixed_trace(path: Path) -> None:
     pq.write_table(v2.slice(650), path / "trace-a-00002.parquet")
 
 
+@pytest.mark.deadline(900)  # Spark start-up and the job on 2 shared cores
 def test_mixed_version_trace_same_verdict_in_spark_and_pure(tmp_path) -> None:
     mixed_trace(tmp_path / "t")
     assert [segment_version(str(p)) for p in sorted((tmp_path / "t").glob("*.parquet"))] == ["1", "2"]
