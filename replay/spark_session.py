@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_MASTER = "local[2]"
+DEFAULT_SHUFFLE_PARTITIONS = "8"  # ours, unless spark-submit / --conf set another
 PACKAGES = ("replay", "reference_impl", "chaos", "conformance", "fixtures")
 _ROOT = Path(__file__).resolve().parent.parent
 
@@ -99,7 +100,7 @@ def get_spark(app_name: str, master: str | None = None, conf: dict[str, str] | N
     elif not base.contains("spark.master"):
         builder = builder.master(DEFAULT_MASTER)
     defaults = {
-        "spark.sql.shuffle.partitions": "8",
+        "spark.sql.shuffle.partitions": DEFAULT_SHUFFLE_PARTITIONS,
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.ui.enabled": "false",
         "spark.sql.session.timeZone": "UTC",

@@ -47,7 +47,7 @@ class StandaloneCluster:
     workers: int = 2
     cores_per_worker: int = 1
     worker_memory: str = "1g"
-    start_timeout_s: float = 120.0
+    start_timeout_s: float = 600.0  # two JVMs and a master on shared cores: minutes under load
     work_dir: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="kipcheck-spark-standalone-"))
     procs: list[subprocess.Popen] = field(default_factory=list)
     port: int = 0

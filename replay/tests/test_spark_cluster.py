@@ -12,6 +12,7 @@ local mode's: test_check_parity, test_diff_spark).
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -28,7 +29,7 @@ from replay.spark_session import package_zip, spark_home_bin
 from replay.spark_standalone import StandaloneCluster, executor_venv
 
 ROOT = Path(__file__).resolve().parents[2]
-SUBMIT_TIMEOUT_S = 600
+SUBMIT_TIMEOUT_S = 800
 
 
 def submit(master: str, pyfiles: str, executor_python: str, script: str, *args: str) -> subprocess.CompletedProcess:
@@ -39,14 +40,22 @@ def submit(master: str, pyfiles: str, executor_python: str, script: str, *args: 
            str(ROOT / "replay" / script), *args]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
     env["SPARK_LOCAL_IP"] = "127.0.0.1"
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=SUBMIT_TIMEOUT_S, env=env, cwd=str(ROOT))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(ROOT),
+                            start_new_session=True)  # its own group: the JVM and the Python driver it starts
+    try:
+        out, err = proc.communicate(timeout=SUBMIT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=30)
+        pytest.fail(f"spark-submit {script} did not finish within {SUBMIT_TIMEOUT_S} s; stderr tail: {err[-2000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def _key(r: dict) -> tuple:
     return tuple(sorted((k, repr(v)) for k, v in r.items()))
 
 
-@pytest.mark.deadline(1800)
+@pytest.mark.deadline(2700)  # venv (cached), cluster start, two submits: minutes each on shared cores
 def test_check_and_diff_on_a_standalone_cluster_equal_the_pure_engine(tmp_path) -> None:
     exec_py = executor_venv()
     probe = subprocess.run([exec_py, "-c", "import replay"], capture_output=True, text=True, cwd="/", timeout=120,
