@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -137,13 +138,15 @@ class StandaloneCluster:
     def __enter__(self) -> "StandaloneCluster":
         return self.start()
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         self.stop()
+        if exc_type is None:  # logs are kept only when something failed
+            shutil.rmtree(self.work_dir, ignore_errors=True)
 
 
 # ----------------------------------------------------------------------------- executor Python
 
-EXECUTOR_PACKAGES = ("numpy", "pandas", "pyarrow", "kio")  # what the shipped kipcheck code imports on executors
+EXECUTOR_PACKAGES = ("numpy", "pandas", "pyarrow", "kio", "cramjam")  # what the shipped kipcheck code imports on executors (cramjam: reference_impl.protocol.records)
 
 
 def executor_venv(base_python: str = "/usr/bin/python3.11", cache: str | None = None, timeout_s: float = 900) -> str:

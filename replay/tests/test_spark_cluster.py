@@ -2,7 +2,7 @@
 
 A master and two workers on loopback (replay.spark_standalone: the pyspark distribution's
 `spark-class` Master / Worker), whose executors run a Python venv WITHOUT kipcheck (only
-numpy, pandas, pyarrow and kio, cached under ~/.cache/kipcheck); both commands go through
+numpy, pandas, pyarrow, kio and cramjam, cached under ~/.cache/kipcheck); both commands go through
 `spark-submit --master spark://127.0.0.1:PORT` with the project shipped as documented in
 docs/trace-checks.md (`--py-files` zip from `python -m replay.spark_session zip`). Their
 results must equal the pure engine's on the same traces (and the pure engine's equal
