@@ -88,9 +88,13 @@ def get_spark(app_name: str, master: str | None = None, conf: dict[str, str] | N
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark import SparkConf
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):
+        # under spark-submit its JVM holds the conf (--master, --conf): without the gateway up,
+        # SparkConf() is empty and the master would silently become local[2]
+        SparkContext._ensure_initialized()
     base = SparkConf()
     if (master or base.get("spark.master", DEFAULT_MASTER)).startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
