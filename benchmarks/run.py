@@ -8,6 +8,8 @@ Suites (each prints its own table):
   trace-check  `kipcheck check` throughput on synthetic traces, Spark local[1]/local[2]
                (benchmarks/trace_check_bench.py);
   trace-diff   `kipcheck diff` throughput, Spark vs the DuckDB baseline (benchmarks/trace_diff_bench.py);
+  trace        check and diff side by side: pure / local[1] / local[2] / standalone cluster / DuckDB,
+               100k-10M exchanges, fixed cost at 200 (benchmarks/trace_bench.py);
   certify      `kipcheck certify` wall time per target and worker count, side by side
                (benchmarks/certify_bench.py; not part of `all`: minutes per row);
   txnrt        round trips and latency per transaction with and without the draft round-trip
@@ -43,7 +45,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.run [--suite broker]",
         description="Throughput, latency and memory of the embedded reference broker (loopback, one process). "
-        "Other suites: --suite proxy | trace-check | trace-diff | all.",
+        "Other suites: --suite proxy | trace-check | trace-diff | trace | all.",
     )
     p.add_argument("--quick", action="store_true",
                    help=f"small counts ({QUICK['messages']} messages, {QUICK['e2e_messages']} latency samples, "
@@ -243,6 +245,7 @@ OTHER_SUITES = {
     "proxy": "benchmarks.proxy_bench",
     "trace-check": "benchmarks.trace_check_bench",
     "trace-diff": "benchmarks.trace_diff_bench",
+    "trace": "benchmarks.trace_bench",
     "certify": "benchmarks.certify_bench",
     "txnrt": "benchmarks.txnrt_bench",
 }
@@ -282,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         return _run_other(suite, rest)  # every option goes to that suite
     if suite == "all":
         codes = [_broker_main(_common_args(rest))] + [_run_other(name, _common_args(rest, name))
-                                                      for name in OTHER_SUITES if name != "certify"]
+                                                      for name in OTHER_SUITES if name not in ("certify", "trace")]
         return max(codes)
     return _broker_main(rest)
 

@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from replay import trace_schema as ts
+from replay import typed_fields
 
 ORDERS_ID = "6a1f4c2e-0d1b-4c55-9a57-0f6f7b3a1c01"
 JOBS_ID = "6a1f4c2e-0d1b-4c55-9a57-0f6f7b3a1c02"
@@ -76,6 +77,15 @@ def _part(side: str, topic: str | None, tid: str | None, p: int, **kw: Any) -> d
     if "error_code" in kw:
         row["error_code"] = kw["error_code"]
     return row
+
+
+def _unmark(doc: Any) -> Any:
+    """The document with the producer-id marker as producer id 0 (shifted per block later)."""
+    if isinstance(doc, dict):
+        return {k: _unmark(v) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [_unmark(v) for v in doc]
+    return 0 if doc == M_PID else doc
 
 
 def _dump(doc: dict) -> str:
@@ -168,6 +178,9 @@ class Block:
             "request_json": _dump(req or {}),
             "response_json": _dump(resp or {"throttle_time": 0, "error_code": error_code or 0}),
             "request_bytes": None, "response_bytes": None, "payloads": "drop", "gap_count": None, "gap_reason": None,
+            "schema_version": ts.SCHEMA_VERSION,
+            **typed_fields.extract(api, _unmark(req or {}),
+                                   _unmark(resp or {"throttle_time": 0, "error_code": error_code or 0})),
         })
         if anomaly is not None and anomaly == self.v:
             self.expected.append((anomaly, i))
@@ -447,6 +460,8 @@ def build_table(n_exchanges: int, seed: int, anomalies: bool = True) -> tuple[pa
     member = pc.binary_join_element_wise(member_base, pc.replace_substring(cols["member_id"], M_MEMBER, ""), "")
     pid = pc.if_else(pc.greater_equal(cols["producer_id"], 0), pc.add(cols["producer_id"], pid_shift), cols["producer_id"])
     cols["transactional_id"], cols["group_id"], cols["member_id"], cols["producer_id"] = txn_id, group, member, pid
+    gpid = cols["granted_producer_id"]
+    cols["granted_producer_id"] = pc.if_else(pc.greater_equal(gpid, 0), pc.add(gpid, pid_shift), gpid)
     for c in ("batches", "aborted_transactions"):
         cols[c] = _shift_nested_pid(cols[c], pid_shift)
     values = {M_TXN: txn_id, M_PID: pc.cast(pc.add(pa.array(np.zeros(len(bl), dtype=np.int64)), pid_shift), pa.string()),

@@ -37,6 +37,7 @@ from replay.check_rules import BY_ID, RULES  # noqa: E402
 from replay.entity_replay import CheckConfig  # noqa: E402
 
 SAMPLES_PER_RULE = 5
+SMALL_TRACE = 100_000  # exchanges: below it the Spark job runs in 2 shuffle partitions
 # defaults only (spark-submit --conf / --driver-memory win): the persisted exchanges of a
 # 10M-exchange trace do not fit the 1 GiB local-mode default heap
 SPARK_CONF = {"spark.ui.showConsoleProgress": "false", "spark.driver.memory": "4g"}
@@ -131,11 +132,11 @@ def run_pure(paths: list[str], cfg: CheckConfig, skip_undecoded: bool) -> tuple[
 def run_spark(paths: list[str], cfg: CheckConfig, skip_undecoded: bool, master: str | None, out: str) -> tuple[Any, dict]:
     from pyspark.sql import functions as F
 
-    from replay.check_spark import SparkChecker
-    from replay.spark_session import get_spark
+    from replay.check_spark import SparkChecker, trace_schema
+    from replay.spark_session import DEFAULT_SHUFFLE_PARTITIONS, get_spark
 
     spark = get_spark("kipcheck-check", master, SPARK_CONF)
-    df = spark.read.parquet(*paths)
+    df = spark.read.schema(trace_schema()).parquet(*paths)  # version 1 and 2 segments in one scan
     agg = (df.select(F.count(F.lit(1)).alias("rows"),
                      F.sum(F.when(F.col("kind") == "gap", 1).otherwise(0)).alias("gap_rows"),
                      F.sum(F.when(F.col("kind") == "gap", F.coalesce("gap_count", F.lit(0))).otherwise(0)).alias("gap_exchanges"),
@@ -148,10 +149,29 @@ def run_spark(paths: list[str], cfg: CheckConfig, skip_undecoded: bool, master: 
                 .select(F.input_file_name().alias("file"), "seq", "api_key", "api_version", "decode_error")
                 .orderBy("seq").limit(3).collect())
         raise _undecoded_error([r.asDict() for r in rows], stats["undecoded"], stats["exchanges"])
-    violations = SparkChecker(spark, df, cfg).violations()
+    buckets = None
+    if stats["exchanges"] < SMALL_TRACE and spark.conf.get("spark.sql.shuffle.partitions") == DEFAULT_SHUFFLE_PARTITIONS:
+        # a small trace in many tasks pays per-task and per-Python-worker costs for nothing
+        spark.conf.set("spark.sql.shuffle.partitions", "2")
+        buckets = 2
+    violations = SparkChecker(spark, df, cfg, buckets=buckets).violations()
     path = os.path.join(out, "violations.parquet")
     violations.write.mode("overwrite").parquet(path)
     return spark.read.parquet(path), stats
+
+
+def spark_samples(vdf: Any) -> tuple[list[dict], dict[str, int]]:
+    """The first SAMPLES_PER_RULE violations of each rule (by seq) and the count per rule,
+    in one job (windows over the written violations) rather than one job per rule."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    got = (vdf.withColumn("_n", F.row_number().over(Window.partitionBy("rule_id").orderBy("seq")))
+           .withColumn("_count", F.count(F.lit(1)).over(Window.partitionBy("rule_id")))
+           .filter(F.col("_n") <= SAMPLES_PER_RULE).collect())
+    counts = {r["rule_id"]: int(r["_count"]) for r in got}
+    rows = [{k: v for k, v in r.asDict().items() if k not in ("_n", "_count")} for r in got]
+    return rows, counts
 
 
 # ----------------------------------------------------------------------------- report
@@ -212,10 +232,7 @@ def run(args: argparse.Namespace) -> int:
             counts = Counter(r["rule_id"] for r in rows)
         else:
             vdf, stats = run_spark(paths, cfg, args.skip_undecoded, args.master, args.out)
-            counts = {r["rule_id"]: r["n"] for r in vdf.groupBy("rule_id").count().withColumnRenamed("count", "n").collect()}
-            rows = []
-            for rid in counts:
-                rows.extend(r.asDict() for r in vdf.filter(vdf.rule_id == rid).orderBy("seq").limit(SAMPLES_PER_RULE).collect())
+            rows, counts = spark_samples(vdf)
     except (tr.TraceError, CheckInputError) as exc:
         print(f"kipcheck check: {exc}", file=sys.stderr)
         return 2

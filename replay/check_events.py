@@ -6,7 +6,6 @@ and helpers are the one definition of what is selected and how entities are keye
 
 from __future__ import annotations
 
-import json
 from typing import Any
 from reference_impl.protocol.api_keys import ApiKey
 
@@ -22,16 +21,16 @@ COLUMNS = [
     "upstream", "api_key", "api_name", "api_version", "status", "decode_error", "error_code", "error_codes",
     "transactional_id", "producer_id", "producer_epoch", "group_id", "member_id", "share_session_epoch",
     "partitions", "batches", "acquired_records", "acknowledgement_batches", "aborted_transactions",
-    "request_json", "response_json",
+    "isolation_level", "txn_committed", "granted_producer_id", "granted_producer_epoch", "share_start_offsets",
 ]
 
 
-def relevant(api_key: int, transactional_id: str | None, request_json: str | None) -> bool:
+def relevant(api_key: int, transactional_id: str | None, isolation_level: int | None) -> bool:
     """Does any rule read this exchange? (the Spark path filters with the same predicate)"""
     if api_key == ApiKey.PRODUCE:
         return transactional_id is not None
     if api_key == ApiKey.FETCH:
-        return json_field(request_json, "isolation_level") == READ_COMMITTED
+        return isolation_level == READ_COMMITTED
     return api_key in RELEVANT_APIS
 
 
@@ -51,25 +50,8 @@ def txn_key(transactional_id: str, ordinal: int) -> str:
     return f"{transactional_id}#{ordinal}"
 
 
-def json_field(text: str | None, name: str) -> Any:
-    if not text:
-        return None
-    try:
-        return json.loads(text).get(name)
-    except (ValueError, AttributeError):
-        return None
-
-
-def spso_reports(response_json: str | None) -> list[tuple[str, int, int]]:
-    """(topic id, partition, start offset) of a DescribeShareGroupOffsets response."""
-    out = []
-    try:
-        doc = json.loads(response_json or "{}")
-    except ValueError:
-        return out
-    for g in doc.get("groups") or []:
-        for t in g.get("topics") or []:
-            for p in t.get("partitions") or []:
-                if (p.get("error_code") or 0) == 0 and p.get("start_offset") is not None and p["start_offset"] >= 0:
-                    out.append((t.get("topic_id"), int(p["partition_index"]), int(p["start_offset"])))
-    return out
+def spso_reports(share_start_offsets: list[dict] | None) -> list[tuple[str, int, int]]:
+    """(topic id, partition, start offset) of the error-free, known start offsets of a
+    DescribeShareGroupOffsets response (its `share_start_offsets` column)."""
+    return [(s["topic_id"], int(s["partition"]), int(s["start_offset"])) for s in share_start_offsets or ()
+            if not s["error_code"] and s["start_offset"] is not None and s["start_offset"] >= 0]

@@ -13,6 +13,7 @@ from typing import Any, Iterable
 import pyarrow as pa
 
 from replay import check_events as ev
+from replay import typed_fields
 from replay.check_rules import requirements_of
 from replay.entity_replay import REPLAYS, CheckConfig, Violation
 from reference_impl.protocol.api_keys import ApiKey
@@ -61,7 +62,7 @@ class Normalizer:
                 continue
             gp = ge = None
             if r["api_key"] in (ApiKey.INIT_PRODUCER_ID, ApiKey.END_TXN):
-                gp, ge = ev.json_field(r["response_json"], "producer_id"), ev.json_field(r["response_json"], "producer_epoch")
+                gp, ge = r["granted_producer_id"], r["granted_producer_epoch"]
             init = r["api_key"] == ApiKey.INIT_PRODUCER_ID
             out.append({"entity": tid, "seq": r["seq"], "api": r["api_key"], "t_req": r["request_mono_ns"],
                         "t_resp": r["response_mono_ns"], "pid": None if init else r["producer_id"],
@@ -97,7 +98,7 @@ class Normalizer:
         for r in self.rows:
             if r["api_key"] == ApiKey.END_TXN and r["transactional_id"] is not None and _ok(r):
                 txn = ev.txn_key(r["transactional_id"], ordinal[r["seq"]])
-                committed = bool(ev.json_field(r["request_json"], "committed"))
+                committed = bool(r["txn_committed"])
                 for g in groups_of_txn.get(txn, ()):
                     out.append({"entity": g, "seq": r["seq"], "kind": "txn_end", "t": r["request_mono_ns"],
                                 "topic": None, "partition": None, "offset": None, "txn": txn, "committed": committed})
@@ -112,7 +113,7 @@ class Normalizer:
         for r in self.rows:
             api, g, m = r["api_key"], r["group_id"], r["member_id"]
             if api == ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS and r["status"] == "ok" and g is not None:
-                for tid, part, spso in ev.spso_reports(r["response_json"]):
+                for tid, part, spso in ev.spso_reports(r["share_start_offsets"]):
                     out.append(self._share(g, r, "spso", tid, part, None, spso, spso, None, None))
                 continue
             if api not in (ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE) or r["status"] != "ok" or g is None or m is None:
@@ -159,7 +160,7 @@ class Normalizer:
         outcome: dict[str, bool] = {}
         for r in self.rows:
             if r["api_key"] == ApiKey.END_TXN and r["transactional_id"] is not None and _ok(r):
-                outcome[ev.txn_key(r["transactional_id"], ordinal[r["seq"]])] = bool(ev.json_field(r["request_json"], "committed"))
+                outcome[ev.txn_key(r["transactional_id"], ordinal[r["seq"]])] = bool(r["txn_committed"])
         out: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
         for r in self.rows:
             if r["api_key"] != ApiKey.PRODUCE or r["transactional_id"] is None or r["status"] != "ok":
@@ -180,7 +181,7 @@ class Normalizer:
         for r in self.rows:
             if r["api_key"] != ApiKey.FETCH or r["status"] != "ok":
                 continue
-            if ev.json_field(r["request_json"], "isolation_level") != ev.READ_COMMITTED:
+            if r["isolation_level"] != ev.READ_COMMITTED:
                 continue
             lso = {(self.topic(p["topic"], p["topic_id"]), p["partition"]): p["last_stable_offset"]
                    for p in r["partitions"] or () if p["side"] == "response"}
@@ -207,10 +208,12 @@ class Normalizer:
 
 
 def exchange_rows(table: pa.Table) -> list[dict]:
-    cols = [c for c in ev.COLUMNS if c in table.column_names]
-    rows = table.select(cols).to_pylist()
+    """The exchanges some rule reads, as dicts (a version-1 table is upgraded first)."""
+    from replay.trace_reader import upgrade
+
+    rows = upgrade(table).select(ev.COLUMNS).to_pylist()
     return [r for r in rows if r["kind"] == "exchange" and r["seq"] is not None and r["decode_error"] is None
-            and ev.relevant(r["api_key"], r["transactional_id"], r["request_json"])]
+            and ev.relevant(r["api_key"], r["transactional_id"], r["isolation_level"])]
 
 
 def _group(events: list[dict]) -> dict[str, list[dict]]:
@@ -220,9 +223,18 @@ def _group(events: list[dict]) -> dict[str, list[dict]]:
     return by
 
 
+def _typed(row: dict) -> dict:
+    """A version-1 row (no schema_version, JSON columns present) with its typed columns
+    derived from the JSON; exchange_rows' rows are already typed (and carry no JSON)."""
+    if row.get("schema_version") is not None or "request_json" not in row:
+        return row
+    return {**row, **typed_fields.from_json(row["api_key"], row.get("request_json"), row.get("response_json"))}
+
+
 def check_rows(rows: list[dict], cfg: CheckConfig | None = None) -> list[dict]:
-    """Violations of every rule over already-read exchange rows."""
+    """Violations of every rule over already-read exchange rows (either schema version)."""
     cfg = cfg or CheckConfig()
+    rows = [_typed(r) for r in rows]
     n = Normalizer(rows)
     found: list[Violation] = list(n.fetch_violations())
     for kind, events in (("txn", n.txn_events()), ("group", n.group_events()),

@@ -27,25 +27,69 @@ def _F():
     return F
 
 
+def trace_schema() -> Any:
+    """The current trace schema as a Spark schema: reading every segment with it puts
+    version-1 segments (no typed columns) and version-2 ones in one scan."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from replay import trace_schema as ts
+
+    return from_arrow_schema(ts.schema())
+
+
+_SPSO_V1 = ("struct<groups: array<struct<topics: array<struct<topic_id: string, partitions: "
+            "array<struct<partition_index: int, start_offset: long, error_code: smallint>>>>>>>")
+
+
+def upgrade(df: Any) -> Any:
+    """Fill the version-2 typed columns of version-1 rows (schema_version null) from their
+    JSON, as replay.trace_reader.upgrade does in pyarrow; version-2 rows are read as written."""
+    F = _F()
+    if "schema_version" not in df.columns:  # read without trace_schema(): version-1 files only
+        for field in trace_schema().fields:
+            if field.name not in df.columns:
+                df = df.withColumn(field.name, F.lit(None).cast(field.dataType))
+    api, v1 = F.col("api_key"), F.col("schema_version").isNull()
+    req = lambda path: F.get_json_object("request_json", path)  # noqa: E731
+    resp = lambda path: F.get_json_object("response_json", path)  # noqa: E731
+    grants = api.isin(ApiKey.INIT_PRODUCER_ID, ApiKey.END_TXN)
+    groups = F.from_json("response_json", _SPSO_V1)["groups"]
+    spso = F.flatten(F.transform(groups, lambda g: F.flatten(F.transform(g["topics"], lambda t: F.transform(
+        t["partitions"], lambda p: F.struct(t["topic_id"].alias("topic_id"), p["partition_index"].alias("partition"),
+                                            p["start_offset"].alias("start_offset"), p["error_code"].alias("error_code")))))))
+    derived = {
+        "isolation_level": F.when(api.isin(ApiKey.FETCH, ApiKey.LIST_OFFSETS), req("$.isolation_level").cast("tinyint")),
+        "txn_committed": F.when((api == ApiKey.END_TXN) & F.col("request_json").isNotNull(),
+                                F.coalesce(req("$.committed").cast("boolean"), F.lit(False))),
+        "granted_producer_id": F.when(grants, resp("$.producer_id").cast("long")),
+        "granted_producer_epoch": F.when(grants, resp("$.producer_epoch").cast("smallint")),
+        "share_start_offsets": F.when(api == ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, spso),
+    }
+    for name, expr in derived.items():
+        dt = df.schema[name].dataType
+        value = expr.cast(dt)
+        if name == "share_start_offsets":  # a list column is never null, as the writer writes it
+            value = F.coalesce(value, F.array().cast(dt))
+        df = df.withColumn(name, F.when(v1, value).otherwise(F.col(name)))
+    return df
+
+
 def exchanges(df: Any) -> Any:
     """Decoded exchanges some rule reads (replay.check_events.relevant, as a column
-    expression). The few JSON fields the rules need become columns here and the JSON text
-    is dropped (kept only for DescribeShareGroupOffsets), so the persisted frame is small."""
+    expression), the typed columns (schema version 2, or derived for version-1 rows) in
+    place of the JSON text."""
     F = _F()
-    cols = [c for c in ev.COLUMNS if c in df.columns and c not in ("request_json", "response_json")]
+    df = upgrade(df)
     api = F.col("api_key")
     wanted = (F.when(api == ApiKey.PRODUCE, F.col("transactional_id").isNotNull())
-              .when(api == ApiKey.FETCH, F.coalesce(
-                  F.get_json_object("request_json", "$.isolation_level").cast("int") == ev.READ_COMMITTED, F.lit(False)))
+              .when(api == ApiKey.FETCH, F.coalesce(F.col("isolation_level") == ev.READ_COMMITTED, F.lit(False)))
               .otherwise(api.isin(*ev.RELEVANT_APIS)))
-    grants = api.isin(ApiKey.INIT_PRODUCER_ID, ApiKey.END_TXN)
     return (df.filter((F.col("kind") == "exchange") & F.col("seq").isNotNull() & F.col("decode_error").isNull() & wanted)
-            .select(*cols,
-                    F.when(grants, F.get_json_object("response_json", "$.producer_id").cast("long")).alias("grant_pid"),
-                    F.when(grants, F.get_json_object("response_json", "$.producer_epoch").cast("int")).alias("grant_epoch"),
-                    F.when(api == ApiKey.END_TXN, F.coalesce(F.get_json_object("request_json", "$.committed").cast("boolean"),
-                                                             F.lit(False))).alias("committed"),
-                    F.when(api == ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, F.col("response_json")).alias("response_json")))
+            .select(*ev.COLUMNS)
+            .withColumnRenamed("granted_producer_id", "grant_pid")
+            .withColumn("grant_epoch", F.col("granted_producer_epoch").cast("int")).drop("granted_producer_epoch")
+            .withColumn("committed", F.when(api == ApiKey.END_TXN, F.coalesce(F.col("txn_committed"), F.lit(False))))
+            .drop("txn_committed"))
 
 
 def _ok() -> Any:
@@ -195,15 +239,11 @@ class SparkChecker:
                       F.col("a.last_offset"), F.col("a.delivery_count"), none_a)
         closes = shaped(rows.filter((F.col("share_session_epoch") == -1) & top_ok), "close", F.lit(None).cast("string"),
                         none_i, F.col("member_id"), none_l, none_l, none_i, none_a)
-        spso_schema = ("struct<groups: array<struct<topics: array<struct<topic_id: string, partitions: "
-                       "array<struct<partition_index: int, start_offset: long, error_code: int>>>>>>>")
         spso = (self.base.filter(_api(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS) & (F.col("status") == "ok") & F.col("group_id").isNotNull())
                 .select("seq", "group_id", "ok", "request_wall_ms", "response_wall_ms",
-                        F.explode(F.from_json("response_json", spso_schema)["groups"]).alias("g"))
-                .select("*", F.explode("g.topics").alias("t")).select("*", F.explode("t.partitions").alias("p"))
-                .drop("g")
+                        F.explode("share_start_offsets").alias("p"))
                 .filter((F.coalesce(F.col("p.error_code"), F.lit(0)) == 0) & (F.col("p.start_offset") >= 0)))
-        spso = shaped(spso, "spso", F.col("t.topic_id"), F.col("p.partition_index"), F.lit(None).cast("string"),
+        spso = shaped(spso, "spso", F.col("p.topic_id"), F.col("p.partition"), F.lit(None).cast("string"),
                       F.col("p.start_offset"), F.col("p.start_offset"), none_i, none_a)
         return acks.unionByName(acqs).unionByName(closes).unionByName(spso)
 

@@ -3,8 +3,9 @@
 Local mode (`local[2]`) unless told otherwise. Under `spark-submit --master URL` the master
 is already set in the Spark conf, and `--master` on our own CLI sets it explicitly; either
 way the job code is the same. On a non-local master the kipcheck packages are zipped and
-shipped with `addPyFile`, because grouped-map functions run our reference models on the
-executors, which do not have kipcheck installed.
+shipped with `addPyFile` (unless spark-submit already shipped the zip with `--py-files`;
+`python -m replay.spark_session zip DIR` writes it), because grouped-map functions run our
+reference models on the executors, which do not have kipcheck installed.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_MASTER = "local[2]"
+DEFAULT_SHUFFLE_PARTITIONS = "8"  # ours, unless spark-submit / --conf set another
 PACKAGES = ("replay", "reference_impl", "chaos", "conformance", "fixtures")
 _ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,6 +63,13 @@ def failure_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}{where}"
 
 
+def spark_home_bin(name: str) -> str:
+    """A launcher of the Spark distribution pyspark installs (spark-submit, spark-class)."""
+    import pyspark
+
+    return os.path.join(os.path.dirname(os.path.abspath(pyspark.__file__)), "bin", name)
+
+
 def package_zip(dest_dir: str | None = None) -> str:
     """Zip the kipcheck packages (sources only) for shipping to executors."""
     dest = Path(dest_dir or tempfile.mkdtemp(prefix="kipcheck-pyfiles-")) / "kipcheck_packages.zip"
@@ -79,9 +88,13 @@ def get_spark(app_name: str, master: str | None = None, conf: dict[str, str] | N
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark import SparkConf
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):
+        # under spark-submit its JVM holds the conf (--master, --conf): without the gateway up,
+        # SparkConf() is empty and the master would silently become local[2]
+        SparkContext._ensure_initialized()
     base = SparkConf()
     if (master or base.get("spark.master", DEFAULT_MASTER)).startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -91,7 +104,7 @@ def get_spark(app_name: str, master: str | None = None, conf: dict[str, str] | N
     elif not base.contains("spark.master"):
         builder = builder.master(DEFAULT_MASTER)
     defaults = {
-        "spark.sql.shuffle.partitions": "8",
+        "spark.sql.shuffle.partitions": DEFAULT_SHUFFLE_PARTITIONS,
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.ui.enabled": "false",
         "spark.sql.session.timeZone": "UTC",
@@ -102,6 +115,14 @@ def get_spark(app_name: str, master: str | None = None, conf: dict[str, str] | N
             builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    if not spark.sparkContext.master.startswith("local"):
-        spark.sparkContext.addPyFile(package_zip())
+    shipped = spark.sparkContext.getConf().get("spark.submit.pyFiles", "")
+    if not spark.sparkContext.master.startswith("local") and "kipcheck_packages" not in shipped:
+        spark.sparkContext.addPyFile(package_zip())  # not shipped with spark-submit --py-files
     return spark
+
+
+if __name__ == "__main__":  # python -m replay.spark_session zip [DIR]: the --py-files zip
+    if len(sys.argv) < 2 or sys.argv[1] != "zip":
+        print("usage: python -m replay.spark_session zip [DIR]", file=sys.stderr)
+        sys.exit(2)
+    print(package_zip(sys.argv[2] if len(sys.argv) > 2 else None))

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from replay import trace_schema as ts
+from replay import typed_fields
 
 PARQUET_MAGIC = b"PAR1"
 
@@ -114,7 +115,25 @@ def read_segment(path: str) -> pa.Table:
     except Exception as exc:  # noqa: BLE001 - locate the damaged chunk for the message
         verify_segment(path)
         raise TraceCorruptError(path, f"data does not decode: {one_line(exc)}") from exc
-    return table
+    return upgrade(table)
+
+
+def upgrade(table: pa.Table) -> pa.Table:
+    """A segment's table in the current schema. Version 1 lacks the typed columns of
+    version 2: they are derived from the JSON columns (replay.typed_fields.from_json),
+    `schema_version` stays null so a reader can still tell where a row came from."""
+    if "schema_version" in table.column_names:
+        return table
+    current = ts.schema()
+    keys = table.column("api_key").to_pylist()
+    req = table.column("request_json").to_pylist()
+    resp = table.column("response_json").to_pylist()
+    derived = [typed_fields.from_json(k, q, r) for k, q, r in zip(keys, req, resp)]
+    cols = {name: table.column(name) for name in table.column_names}
+    cols["schema_version"] = pa.nulls(table.num_rows, pa.int16())
+    for name in typed_fields.COLUMNS:
+        cols[name] = pa.array([d[name] for d in derived], current.field(name).type)
+    return pa.table([cols[f.name] for f in current], schema=current).replace_schema_metadata(table.schema.metadata)
 
 
 def one_line(exc: BaseException) -> str:

@@ -6,15 +6,20 @@ and why. Every segment file carries ``schema_version`` (and ``kipcheck_trace``) 
 Parquet key/value metadata; readers refuse versions they do not know, naming the file.
 
 Version history:
-  1 - first version (this module).
+  1 - first version.
+  2 - typed columns for what checks and diffs read (``schema_version``, ``isolation_level``,
+      ``txn_committed``, ``granted_producer_id``/``_epoch``, ``share_start_offsets``), so no
+      job parses JSON per row. Version-1 segments stay readable: the reader (pyarrow) and
+      the Spark jobs derive these columns from the JSON for rows whose ``schema_version``
+      is null (replay.typed_fields, replay.trace_reader.upgrade).
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
-SUPPORTED_VERSIONS = frozenset({1})
+SCHEMA_VERSION = 2
+SUPPORTED_VERSIONS = frozenset({1, 2})
 META_SCHEMA_VERSION = b"schema_version"
 META_FORMAT = b"kipcheck_trace"
 
@@ -93,6 +98,15 @@ ABORTED = pa.struct(
     ]
 )
 
+SHARE_START_OFFSET = pa.struct(
+    [
+        ("topic_id", pa.string()),
+        ("partition", pa.int32()),
+        ("start_offset", pa.int64()),
+        ("error_code", pa.int16()),
+    ]
+)
+
 FIELDS: list[tuple[str, pa.DataType, str]] = [
     ("kind", pa.string(), "exchange | gap"),
     ("seq", pa.int64(), "1, 2, ... in the order exchanges were handed to the writer (gap rows: null)"),
@@ -142,13 +156,29 @@ FIELDS: list[tuple[str, pa.DataType, str]] = [
     ("gap_reason", pa.string(), "gap rows: why"),
 ]
 
-_BASE = pa.schema([pa.field(name, tp) for name, tp, _ in FIELDS])
+# appended by version 2 (null in version-1 segments until derived; see module docstring)
+FIELDS_V2: list[tuple[str, pa.DataType, str]] = [
+    ("schema_version", pa.int16(), "schema version the writer wrote the row with (null: version 1)"),
+    ("isolation_level", pa.int8(), "Fetch / ListOffsets request isolation_level (1: read_committed)"),
+    ("txn_committed", pa.bool_(), "EndTxn request `committed` flag"),
+    ("granted_producer_id", pa.int64(), "producer id an InitProducerId / EndTxn (v5+) response grants"),
+    ("granted_producer_epoch", pa.int16(), "producer epoch an InitProducerId / EndTxn (v5+) response grants"),
+    ("share_start_offsets", pa.list_(SHARE_START_OFFSET),
+     "DescribeShareGroupOffsets response: topic_id, partition, start_offset (SPSO), error_code"),
+]
+V1_FIELDS = list(FIELDS)
+FIELDS = V1_FIELDS + FIELDS_V2
+
+_COLUMNS_OF = {1: V1_FIELDS, 2: FIELDS}
 
 
 def schema(version: int = SCHEMA_VERSION) -> pa.Schema:
-    if version != SCHEMA_VERSION:
-        raise ValueError(f"cannot write trace schema version {version}")
-    return _BASE.with_metadata({META_SCHEMA_VERSION: str(version).encode(), META_FORMAT: b"1"})
+    """The Arrow schema of a segment of `version` (the writer writes SCHEMA_VERSION; older
+    ones serve the migration tests and readers)."""
+    if version not in _COLUMNS_OF:
+        raise ValueError(f"no trace schema version {version}")
+    base = pa.schema([pa.field(name, tp) for name, tp, _ in _COLUMNS_OF[version]])
+    return base.with_metadata({META_SCHEMA_VERSION: str(version).encode(), META_FORMAT: b"1"})
 
 
 COLUMN_NAMES = [name for name, _, _ in FIELDS]

@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 from reference_impl.protocol import framing
 from reference_impl.protocol import records as rec
 from replay import trace_schema as ts
+from replay import typed_fields
 from reference_impl.protocol.api_keys import ApiKey
 
 log = logging.getLogger("kipcheck.replay.writer")
@@ -505,6 +506,11 @@ def build_row(x: RawExchange, payloads: str) -> dict:
     for k, v in ex.fallback.items():
         s.setdefault(k, v)
     producer_id, producer_epoch = s.get("producer_id"), s.get("producer_epoch")
+    try:
+        typed = typed_fields.extract(x.api_key, req_body, resp_body)
+    except Exception as exc:  # extraction is best effort, like the walk above
+        errors.append(f"extract: {exc}")
+        typed = typed_fields.extract(-1, None, None)
     return {
         "kind": ts.KIND_EXCHANGE,
         "seq": x.seq,
@@ -552,6 +558,8 @@ def build_row(x: RawExchange, payloads: str) -> dict:
         "payloads": payloads,
         "gap_count": None,
         "gap_reason": None,
+        "schema_version": ts.SCHEMA_VERSION,
+        **typed,
     }
 
 
@@ -565,9 +573,9 @@ def _safe_json(body: Any) -> str | None:
 def gap_row(g: Gap) -> dict:
     row = {name: None for name in ts.COLUMN_NAMES}
     row.update(kind=ts.KIND_GAP, gap_count=g.count, gap_reason=g.reason, request_wall_ms=g.wall_ms,
-               connection_id=g.connection_id)
+               connection_id=g.connection_id, schema_version=ts.SCHEMA_VERSION)
     for name in ("error_codes", "topics", "topic_ids", "partitions", "batches", "base_sequences",
-                 "acquired_records", "acknowledgement_batches", "aborted_transactions"):
+                 "acquired_records", "acknowledgement_batches", "aborted_transactions", "share_start_offsets"):
         row[name] = []
     return row
 

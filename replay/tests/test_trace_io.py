@@ -54,7 +54,7 @@ def test_segments_roll_and_read_back(tmp_path) -> None:
     assert w.stats["segments"] == 3 and w.stats["exchanges"] == 60
     assert glob.glob(str(tmp_path / "*.tmp")) == []
     for path in w.segments:
-        assert pq.read_metadata(path).metadata[b"schema_version"] == b"1"
+        assert pq.read_metadata(path).metadata[b"schema_version"] == str(ts.SCHEMA_VERSION).encode()
     t, report = read_trace(str(tmp_path))
     assert t.num_rows == 60 and len(report.read) == 3 and report.skipped == []
     assert t["seq"].to_pylist() == list(range(1, 61))
@@ -77,7 +77,7 @@ def test_empty_directory_reads_empty(tmp_path) -> None:
 
 
 def test_truncated_segment_is_a_clear_error(tmp_path) -> None:
-    w = write_segments(str(tmp_path), 40, segment_max_bytes=1, flush_rows=20)
+    w = write_segments(str(tmp_path), 40, segment_max_bytes=1, flush_rows=20, flush_seconds=600)  # 2 x 20 rows
     bad = w.segments[1]
     size = os.path.getsize(bad)
     with open(bad, "r+b") as f:

@@ -1,0 +1,184 @@
+"""Trace checks and diffs at scale, side by side: ``python -m benchmarks.run --suite trace``.
+
+One table (issue 13, item 6): for each size (default 100k, 1M, 10M exchanges; ``--quick``:
+100k) `kipcheck check` on the pure engine, Spark local[1], local[2] and a loopback standalone
+cluster (replay.spark_standalone: master + 2 workers of 1 core, executors on a venv without
+kipcheck), and `kipcheck diff` on DuckDB (the SQL baseline of benchmarks.trace_diff_bench),
+local[2] and the standalone cluster; plus the fixed cost: the whole `kipcheck check` command
+(process, Spark start-up, job) on a 200-exchange trace. Traces are synthetic with injected
+anomalies / differences; every row says whether found == injected. Every row carries the
+1-minute load average measured when it finished: the machine is shared, and a number means
+little without it. A run over `--budget` seconds skips the remaining rows (shown as such).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from benchmarks import trace_check_bench as cb
+from benchmarks import trace_diff_bench as db
+
+FULL = (100_000, 1_000_000, 10_000_000)
+QUICK = (100_000,)
+CHECK_ENGINES = ("pure", "local[1]", "local[2]", "standalone")
+DIFF_ENGINES = ("duckdb", "local[2]", "standalone")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load() -> float:
+    return round(os.getloadavg()[0], 1)
+
+
+def pure_check(path: str) -> dict:
+    from replay.check_pure import check_table
+    from replay.trace_reader import read_trace
+
+    t0 = time.perf_counter()
+    table, _ = read_trace(path)
+    found = [(v["rule_id"], v["seq"]) for v in check_table(table)]
+    return {"rows": table.num_rows, "seconds": time.perf_counter() - t0, "found": found}
+
+
+def fixed_cost(base: str) -> dict:
+    """Wall seconds of the whole command on a 200-exchange trace (start-up included)."""
+    from benchmarks.synthetic_traces import generate
+
+    path = os.path.join(base, "trace-200")
+    expected = sorted(generate(path, 200, seed=5))
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "replay.check_cmd", path, "--out", os.path.join(base, "rep-200"),
+                           "--master", "local[2]"], capture_output=True, text=True, cwd=ROOT, timeout=1800)
+    secs = time.perf_counter() - t0
+    ok = proc.returncode == (1 if expected else 0)
+    return {"what": "check fixed cost", "engine": "local[2] (command)", "exchanges": 200, "seconds": round(secs, 1),
+            "rate": None, "check": "ok" if ok else f"exit {proc.returncode}: {proc.stderr[-300:]}", "load": load()}
+
+
+def _row(what: str, engine: str, n: int, secs: float | None, check: str) -> dict:
+    return {"what": what, "engine": engine, "exchanges": n, "seconds": None if secs is None else round(secs, 1),
+            "rate": None if not secs else round(n / secs), "check": check, "load": load()}
+
+
+def print_row(r: dict) -> None:
+    rate = f"{r['rate']:,}" if r["rate"] else "-"
+    secs = r["seconds"] if r["seconds"] is not None else "-"
+    print(f"{r['what']:<17} {r['engine']:<19} {r['exchanges']:>11,} {secs:>9} {rate:>12} {r['load']:>6}  {r['check']}",
+          flush=True)
+
+
+def run_size(n: int, base: str, cluster, budget_end: float, engines: tuple, diff_engines: tuple) -> list[dict]:
+    from benchmarks.synthetic_traces import generate
+
+    rows = []
+    path = os.path.join(base, f"trace-{n}")
+    expected = sorted(tuple(x) for x in generate(path, n, seed=n % 9973))
+    for engine in engines:
+        if time.monotonic() > budget_end:
+            rows.append(_row("check", engine, n, None, "skipped: over budget"))
+            print_row(rows[-1])
+            continue
+        try:
+            if engine == "pure":
+                r = pure_check(path)
+            else:
+                master = cluster.master_url if engine == "standalone" else engine
+                r = _check_child(path, master, cluster if engine == "standalone" else None)
+            exact = sorted(tuple(x) for x in r["found"]) == expected
+            rows.append(_row("check", engine, n, r["seconds"], f"found == injected ({len(expected)})" if exact
+                             else f"WRONG ({len(r['found'])} found, {len(expected)} injected)"))
+        except Exception as exc:  # noqa: BLE001 - a failed row is reported, the others run
+            rows.append(_row("check", engine, n, None, f"failed: {type(exc).__name__}: {str(exc)[:200]}"))
+        print_row(rows[-1])
+    d = os.path.join(base, f"diff-{n}")
+    a_dir, b_dir, expected_diff = db.make_traces(d, n, seed=7)
+    a_files = sorted(os.path.join(a_dir, x) for x in os.listdir(a_dir))
+    b_files = sorted(os.path.join(b_dir, x) for x in os.listdir(b_dir))
+    for engine in diff_engines:
+        if time.monotonic() > budget_end:
+            rows.append(_row("diff", engine, n, None, "skipped: over budget"))
+            print_row(rows[-1])
+            continue
+        try:
+            if engine == "duckdb":
+                found, secs = db.duckdb_diff(a_files, b_files)
+            else:
+                master = cluster.master_url if engine == "standalone" else engine
+                with _executor_env(cluster if engine == "standalone" else None):
+                    found, secs = db._run_spark_process(master, a_dir, b_dir, 7200)
+            rows.append(_row("diff", engine, n, secs, db._check(found, expected_diff)))
+        except Exception as exc:  # noqa: BLE001
+            rows.append(_row("diff", engine, n, None, f"failed: {type(exc).__name__}: {str(exc)[:200]}"))
+        print_row(rows[-1])
+    return rows
+
+
+class _executor_env:
+    """PYSPARK_PYTHON = the cluster's executor venv for a child started inside the block."""
+
+    def __init__(self, cluster) -> None:
+        self.cluster, self.old = cluster, None
+
+    def __enter__(self) -> None:
+        if self.cluster is not None:
+            self.old = os.environ.get("PYSPARK_PYTHON")
+            os.environ["PYSPARK_PYTHON"] = self.cluster.executor_python
+
+    def __exit__(self, *exc: object) -> None:
+        if self.cluster is not None:
+            if self.old is None:
+                os.environ.pop("PYSPARK_PYTHON", None)
+            else:
+                os.environ["PYSPARK_PYTHON"] = self.old
+
+
+def _check_child(path: str, master: str, cluster) -> dict:
+    with _executor_env(cluster):
+        return cb.run_child(path, master)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.run --suite trace", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help=f"sizes {QUICK} instead of {FULL}")
+    p.add_argument("--sizes", help="comma-separated exchange counts (overrides the preset)")
+    p.add_argument("--engines", default=",".join(CHECK_ENGINES), help="check engines")
+    p.add_argument("--diff-engines", default=",".join(DIFF_ENGINES), help="diff engines")
+    p.add_argument("--budget", type=float, default=6 * 3600.0, help="seconds; later rows are skipped after it")
+    p.add_argument("--no-fixed-cost", action="store_true")
+    p.add_argument("--dir", help="where to write the traces (default: a temporary directory)")
+    p.add_argument("--json", metavar="OUT", help="also write the rows as JSON")
+    a = p.parse_args(argv)
+    sizes = [int(x) for x in a.sizes.split(",")] if a.sizes else list(QUICK if a.quick else FULL)
+    engines, diff_engines = tuple(a.engines.split(",")), tuple(a.diff_engines.split(","))
+    base = a.dir or tempfile.mkdtemp(prefix="kipcheck-trace-bench-")
+    budget_end = time.monotonic() + a.budget
+    print(f"{'what':<17} {'engine':<19} {'exchanges':>11} {'seconds':>9} {'exch/s':>12} {'load1':>6}  result")
+    rows: list[dict] = []
+    if not a.no_fixed_cost:
+        rows.append(fixed_cost(base))
+        print_row(rows[-1])
+    cluster = None
+    if "standalone" in engines + diff_engines:
+        from replay.spark_standalone import StandaloneCluster, executor_venv
+
+        cluster = StandaloneCluster(executor_venv(), workers=2).start()
+    try:
+        for n in sizes:
+            rows.extend(run_size(n, base, cluster, budget_end, engines, diff_engines))
+    finally:
+        if cluster is not None:
+            cluster.stop()
+    print(f"machine: {os.cpu_count()} cpu(s); load1 = 1-minute load average when the row finished")
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump(rows, fh, indent=2)
+    return 0 if all(r["check"].startswith(("ok", "found ==", "skipped")) for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
