@@ -149,14 +149,17 @@ class StandaloneCluster:
 EXECUTOR_PACKAGES = ("numpy", "pandas", "pyarrow", "kio", "cramjam")  # what the shipped kipcheck code imports on executors (cramjam: reference_impl.protocol.records)
 
 
-def executor_venv(base_python: str = "/usr/bin/python3.11", cache: str | None = None, timeout_s: float = 900) -> str:
+def executor_venv(base_python: str | None = None, cache: str | None = None, timeout_s: float = 900) -> str:
     """The Python of a venv with only the executor dependencies (the versions of this
     interpreter's, so pickled Arrow/pandas data round-trips), created once under
-    ~/.cache/kipcheck (a file lock serializes concurrent creators). No kipcheck in it."""
+    ~/.cache/kipcheck (a file lock serializes concurrent creators). No kipcheck in it.
+    ``base_python``: default the interpreter this venv was made from (same minor version)."""
     import fcntl
     import hashlib
     import importlib.metadata as md
     import sys
+
+    base_python = base_python or getattr(sys, "_base_executable", None) or sys.executable
 
     pins = [f"{p}=={md.version(p)}" for p in EXECUTOR_PACKAGES]
     tag = hashlib.sha256(" ".join([base_python, *pins]).encode()).hexdigest()[:12]
@@ -173,3 +176,8 @@ def executor_venv(base_python: str = "/usr/bin/python3.11", cache: str | None = 
                             "--disable-pip-version-check", *pins], check=True, timeout=timeout_s, stdout=sys.stderr)
             open(done, "w").close()
     return python
+
+
+if __name__ == "__main__":
+    # `python -m replay.spark_standalone`: build the executor venv before xdist workers start
+    print(executor_venv())
