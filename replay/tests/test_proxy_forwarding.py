@@ -202,7 +202,8 @@ def test_bulk_responses_reach_the_writer_undecoded(cluster) -> None:
     assert all(x.response_body is None and x.addresses_rewritten == 0 for x in fetches + produces)
     assert all(x.response_body is not None for x in by_api[ApiKey.METADATA] if x.response_frame is not None)
     assert sorted(x.seq for x in sink.items) == list(range(1, len(sink.items) + 1))
-    assert sink.batches < len(sink.items)  # handed over in batches
+    # (how many exchanges share a hand-off depends on timing: a quiet machine hands each one
+    # over alone; batching itself is checked by test_process_sink_ships_batches_as_rows)
 
 
 def test_process_sink_ships_batches_as_rows(tmp_path) -> None:
