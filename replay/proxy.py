@@ -564,30 +564,9 @@ class _Conn:
         return StreamSplitter.HOLD if self.proxy.request_hook is not None else StreamSplitter.PASS
 
     async def client_to_upstream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        split = StreamSplitter(8, self._decide_request)
-        while True:
-            data = await reader.read(READ_BYTES)
-            if not data:
-                if writer.can_write_eof():
-                    writer.write_eof()
-                return
-            passes: list = []
-            if self.opaque and not split.opaque:
-                passes.append(split.go_opaque())
-            events = split.feed(data)
-            mono, wall = time.monotonic_ns(), time.time_ns() // 1_000_000
-            no_response: list[RawExchange] = []
-            try:
-                for ev in events:
-                    if ev[0] != "frame":
-                        passes.append(ev[1])
-                    else:
-                        await self._request(ev[1], ev[2], mono, wall, passes, no_response, writer)
-                self._framing_broke(split, "client stream")
-                _write_passes(writer, passes)
-            finally:  # handed off even when cancelled mid-batch (no await in hand_off)
-                self.proxy.hand_off(no_response)
-            await writer.drain()
+        await self._pump(reader, writer, StreamSplitter(8, self._decide_request), self._request, "client stream")
+        if writer.can_write_eof():
+            writer.write_eof()
 
     async def _request(self, frame: bytes, held: bool, mono: int, wall: int, passes: list,
                        no_response: list[RawExchange], writer: asyncio.StreamWriter) -> None:
@@ -658,7 +637,13 @@ class _Conn:
         return StreamSplitter.PASS
 
     async def upstream_to_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        split = StreamSplitter(4, self._decide_response)
+        await self._pump(reader, writer, StreamSplitter(4, self._decide_response), self._response, "broker stream")
+
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, split: StreamSplitter,
+                    on_frame: Any, where: str) -> None:
+        """Forward one direction until EOF: bytes the splitter passes go out as they come;
+        each whole frame it holds goes to ``on_frame``, which books or finishes exchanges
+        that are handed to the writer after each read."""
         while True:
             data = await reader.read(READ_BYTES)
             if not data:
@@ -668,17 +653,17 @@ class _Conn:
                 passes.append(split.go_opaque())
             events = split.feed(data)
             mono, wall = time.monotonic_ns(), time.time_ns() // 1_000_000
-            done: list[RawExchange] = []
+            finished: list[RawExchange] = []
             try:
                 for ev in events:
                     if ev[0] != "frame":
                         passes.append(ev[1])
                     else:
-                        await self._response(ev[1], ev[2], mono, wall, passes, done, writer)
-                self._framing_broke(split, "broker stream")
+                        await on_frame(ev[1], ev[2], mono, wall, passes, finished, writer)
+                self._framing_broke(split, where)
                 _write_passes(writer, passes)
             finally:  # handed off even when cancelled mid-batch (no await in hand_off)
-                self.proxy.hand_off(done)
+                self.proxy.hand_off(finished)
             await writer.drain()
 
     async def _response(self, frame: bytes, held: bool, mono: int, wall: int, passes: list,
