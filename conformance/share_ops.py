@@ -13,7 +13,7 @@ import base64
 import datetime
 import time
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
@@ -363,6 +363,20 @@ def require_share_version(node: RawClient, version: int, what: str) -> None:
         raise NotSupportedByTarget(f"{what} needs ShareFetch/ShareAcknowledge v{version}")
 
 
+def eventually(check: Callable[[], Any], timeout_s: float = 15.0) -> Any:
+    """``check()``'s value once it stops raising AssertionError (the last one after
+    ``timeout_s``): Kafka answers describe and share-state reads from committed state, so
+    a change shows a moment later."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return check()
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 class SharePartitionUnderTest:
     """One topic (partition 0 by default) read by one share group, for delivery tests.
 
@@ -442,3 +456,15 @@ class SharePartitionUnderTest:
             if time.monotonic() > deadline:
                 raise AssertionError(f"topic {self.topic} has no leaders in metadata")
             time.sleep(0.1)
+
+
+def two_partitions_of_one_leader(sp: "SharePartitionUnderTest") -> list[int]:
+    """Two partitions of ``sp``'s topic led by the same broker (one ShareFetch can carry
+    both), or not supported when no broker leads two."""
+    by_leader: dict[int, list[int]] = {}
+    for pm in next(t for t in sp.cc.refresh([sp.topic]).topics if t.name == sp.topic).partitions:
+        by_leader.setdefault(int(pm.leader_id), []).append(int(pm.partition_index))
+    parts = sorted(max(by_leader.values(), key=len))[:2]
+    if len(parts) < 2:
+        raise NotSupportedByTarget(f"no broker leads two of the {sp.partitions} partitions")
+    return parts

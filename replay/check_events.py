@@ -6,7 +6,6 @@ and helpers are the one definition of what is selected and how entities are keye
 
 from __future__ import annotations
 
-from typing import Any
 from reference_impl.protocol.api_keys import ApiKey
 
 TXN_APIS = (ApiKey.INIT_PRODUCER_ID, ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN, ApiKey.TXN_OFFSET_COMMIT)

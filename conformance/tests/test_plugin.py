@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 import yaml  # noqa: F401 - see below
 
-from reference_impl.protocol.api_keys import ApiKey
 
 # The in-process runs below (pytester.runpytest) drop every module first imported inside them.
 # PyYAML's libyaml extension cannot be re-initialised: a yaml package re-imported after such a

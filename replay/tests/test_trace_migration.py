@@ -10,8 +10,6 @@ what the migration derives from the JSON of the same frames.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq

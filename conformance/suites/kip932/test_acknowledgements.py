@@ -12,12 +12,11 @@ import time
 
 import pytest
 
-from conformance import wire_ops
+from conformance import share_ops, wire_ops
 from conformance.share_ops import (
     ACCEPT, ARCHIVED, GAP, READ_SHARE_GROUP_STATE, REJECT, RELEASE, RENEW, E, SharePartitionUnderTest, ShareSession,
     ack_codes, acquired, delivery_counts, effective_spso, partition_data, persisted_states,
 )
-from fixtures.target import NotSupportedByTarget
 
 
 @pytest.fixture
@@ -229,12 +228,7 @@ def test_partitions_of_a_request_are_rotated(target, unique, record_property):
     have records; with a fixed order the first partition would take all."""
     with wire_ops.cluster_client(target) as cc:
         sp = SharePartitionUnderTest(target, cc, unique.topic(), unique.group(), partitions=6).open()
-        by_leader: dict[int, list[int]] = {}
-        for pm in next(t for t in cc.refresh([sp.topic]).topics if t.name == sp.topic).partitions:
-            by_leader.setdefault(int(pm.leader_id), []).append(int(pm.partition_index))
-        parts = sorted(max(by_leader.values(), key=len))[:2]  # two partitions of one leader
-        if len(parts) < 2:
-            raise NotSupportedByTarget("no broker leads two of the six partitions")
+        parts = share_ops.two_partitions_of_one_leader(sp)
         s = sp.member(parts[0])
         assert acquired(s.fetch([sp.key(p) for p in parts], max_wait_ms=200)) == []
         for p in parts:

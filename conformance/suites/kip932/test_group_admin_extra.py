@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-import uuid
 from typing import Any
 
 import pytest
 
-from conformance import client_ops, share_ops, target_limits, wire_ops
+from conformance import client_ops, wire_ops
 from conformance.share_ops import (
-    ACCEPT, REJECT, RELEASE, E, SharePartitionUnderTest, ShareSession, ack_codes, delivery_counts,
+    ACCEPT, REJECT, RELEASE, E, SharePartitionUnderTest, ack_codes, delivery_counts,
     leave_share_group, new_member_id,
 )
 from conformance.suites import require_api

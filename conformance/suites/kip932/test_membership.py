@@ -21,7 +21,8 @@ from typing import Any, Callable
 import pytest
 
 from conformance import client_ops, share_ops, wire_ops
-from conformance.share_ops import E, RETRIABLE_COORDINATOR_ERRORS, SHARE_GROUP_DESCRIBE, new_member_id, share_ack, share_fetch
+from conformance.share_ops import (E, RETRIABLE_COORDINATOR_ERRORS, SHARE_GROUP_DESCRIBE, eventually, new_member_id,
+                                    share_ack, share_fetch)
 from conformance.suites import require_api
 from conformance.suites.kip932.test_sessions import record, record_side, require_share_groups
 from fixtures.target import NotSupportedByTarget, Target
@@ -134,18 +135,6 @@ def classic_join(node: RawClient, group: str, topic: str, member_id: str = "") -
 def describe(node: RawClient, group: str) -> Any:
     (d,) = node.request(SHARE_GROUP_DESCRIBE, 1, group_ids=(group,), include_authorized_operations=False).groups
     return d
-
-
-def eventually(check: Callable[[], Any], timeout_s: float = 15.0) -> Any:
-    """Kafka answers ShareGroupDescribe from committed state: a change shows a moment later."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return check()
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
 
 
 # -- joins, leaves, member ids and epochs ---------------------------------------------------------

@@ -15,13 +15,12 @@ import uuid
 
 import pytest
 
-from conformance import wire_ops
+from conformance import share_ops, wire_ops
 from conformance.share_ops import (
     ACCEPT, RELEASE, E, SharePartitionUnderTest, ShareSession, acquired, delivery_counts, partition_data,
     produce_values,
 )
 from conformance.suites import require_nodes
-from fixtures.target import NotSupportedByTarget
 
 DEADLINE_S = 20.0
 
@@ -154,12 +153,7 @@ def test_piggybacked_release_on_two_partitions_is_reacquired_in_the_same_respons
     nothing acquirable."""
     with wire_ops.cluster_client(target) as cc:
         sp = SharePartitionUnderTest(target, cc, unique.topic(), unique.group(), partitions=6).open()
-        by_leader: dict[int, list[int]] = {}
-        for pm in next(t for t in cc.refresh([sp.topic]).topics if t.name == sp.topic).partitions:
-            by_leader.setdefault(int(pm.leader_id), []).append(int(pm.partition_index))
-        parts = sorted(max(by_leader.values(), key=len))[:2]  # two partitions of one leader
-        if len(parts) < 2:
-            raise NotSupportedByTarget("no broker leads two of the six partitions")
+        parts = share_ops.two_partitions_of_one_leader(sp)
         keys = [sp.key(p) for p in parts]
         a = sp.member(parts[0])
         assert acquired(a.fetch(keys, max_wait_ms=200)) == []

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from conformance import client_ops, wire_ops
+from conformance import client_ops, share_ops, wire_ops
 from conformance.share_ops import (
     ACCEPT, ACKNOWLEDGED, ARCHIVED, AVAILABLE, REJECT, RELEASE, RETRIABLE_COORDINATOR_ERRORS,
     SHARE_COORDINATOR_KEY_TYPE, E, SharePartitionUnderTest, ack_codes, effective_spso, kafka_uuid, leader_epoch,
@@ -94,14 +94,7 @@ def as_tuple(state: Any) -> tuple:
 
 
 def eventually(check, wait_s: float = WAIT_S) -> Any:
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            return check()
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+    return share_ops.eventually(check, wait_s)
 
 
 def accepted_two(sp: SharePartitionUnderTest) -> None:
