@@ -127,7 +127,7 @@ def verdict(check: dict, faults: list[dict], calm: bool) -> dict:
 
 def run(cfg: RunConfig, log=print) -> RunResult:
     from chaos.nemesis.registry import nemeses_for
-    from chaos.schedule import parse_faults, schedule
+    from chaos.schedule import aim_roles, parse_faults, schedule
     from chaos.workloads import make_workload
     from fixtures.targets import create_target
 
@@ -160,6 +160,7 @@ def run(cfg: RunConfig, log=print) -> RunResult:
                 if hasattr(n, "client_view"):
                     clients_see = n.client_view(clients_see)
             workload.setup(clients_see, rec)
+            windows = aim_roles(windows, workload.role_keys())
             for n in nemeses:
                 if hasattr(n, "bind"):  # client-side faults (hijack) act through the workload
                     n.bind(workload, rec)

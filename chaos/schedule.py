@@ -7,6 +7,8 @@ before the final heal and catch-up reads. The same seed gives the same schedule.
 
 from __future__ import annotations
 
+import dataclasses
+
 import random
 from typing import Sequence
 
@@ -62,3 +64,16 @@ def schedule(specs: Sequence[FaultSpec], seed: int, time_limit_s: float, *,
         windows.append(FaultWindow(order.pop(), round(t, 3), round(t + dur, 3)))
         t += dur + rng.uniform(*gap_s)
     return windows
+
+
+def aim_roles(windows: list[FaultWindow], keys: dict[str, object]) -> list[FaultWindow]:
+    """Role faults take the coordinator keys they lack (transactional id, group, topic,
+    partition) from the workload, so ``kill:txn-coordinator`` resolves the coordinator of
+    the run's own transactional id; keys given in the spec win."""
+    aimed = []
+    for w in windows:
+        if w.spec.target == "role":
+            params = {**keys, **dict(w.spec.params)}
+            w = dataclasses.replace(w, spec=dataclasses.replace(w.spec, params=tuple(sorted(params.items()))))
+        aimed.append(w)
+    return aimed

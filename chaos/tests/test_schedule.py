@@ -3,8 +3,8 @@ its seed, windows do not overlap and leave a quiet tail."""
 
 import pytest
 
-from chaos.nemesis.base import FaultSpec
-from chaos.schedule import parse_fault, parse_faults, schedule
+from chaos.nemesis.base import FaultSpec, FaultWindow
+from chaos.schedule import aim_roles, parse_fault, parse_faults, schedule
 
 
 def test_parse():
@@ -34,3 +34,16 @@ def test_no_specs_or_no_room():
     assert schedule([FaultSpec("kill")], 1, 1) == []
     with pytest.raises(ValueError):
         schedule([FaultSpec("kill")], 1, 0)
+
+
+def test_role_faults_are_aimed_at_the_workloads_keys():
+    """kill:txn-coordinator needs a transactional id: the run's own, unless the spec names one."""
+    windows = schedule(parse_faults("kill:txn-coordinator,partition"), seed=1, time_limit_s=60)
+    keys = {"transactional_id": "t-0", "topic": "in"}
+    aimed = aim_roles(windows, keys)
+    roles = [w for w in aimed if w.spec.target == "role"]
+    assert roles and all(w.spec.param("transactional_id") == "t-0" and w.spec.param("topic") == "in" for w in roles)
+    assert all(w.spec.params == () for w in aimed if w.spec.target != "role")
+    mine = FaultSpec("kill", target="role", role="txn-coordinator", params=(("transactional_id", "mine"),))
+    own = aim_roles([FaultWindow(mine, 1.0, 2.0)], keys)
+    assert own[0].spec.param("transactional_id") == "mine"

@@ -184,6 +184,11 @@ class CopierWorkload:
 
     # ------------------------------------------------------------------ check
 
+    def role_keys(self) -> dict[str, object]:
+        """What aims a role fault (``kill:txn-coordinator``, ``pause:group-coordinator``,
+        ``partition:leader``) at this run: the copier's transactional id, group and input."""
+        return {"transactional_id": self.tid, "group": self.group, "topic": self.input, "partition": 0}
+
     def transactional_ids(self) -> list[str]:
         """What the ``hijack`` fault may initialise behind the copier's back."""
         return [self.tid]

@@ -281,6 +281,10 @@ class QueueWorkload:
 
     # ------------------------------------------------------------------ check
 
+    def role_keys(self) -> dict[str, object]:
+        """What aims a role fault at this run: process 0's transactional id, the topic."""
+        return {"transactional_id": f"{self.topic}-t0", "topic": self.topic, "partition": 0}
+
     def check(self, history) -> dict:
         from chaos.checkers.result import compose
         allowed = allowed_error_types(subscribe=self.subscribe)

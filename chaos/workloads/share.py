@@ -221,6 +221,10 @@ class ShareWorkload:
         if self._producer is not None:
             self._producer.flush(5)
 
+    def role_keys(self) -> dict[str, object]:
+        """What aims a role fault at this run: the share group and its topic's partition 0."""
+        return {"group": self.group, "topic": self.topic, "partition": 0}
+
     def check(self, history: Any) -> dict:
         from chaos.checkers import share_group
         from chaos.checkers.result import compose
