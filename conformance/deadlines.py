@@ -11,6 +11,10 @@ and check for pending signals, so they are interrupted too; a C call that never 
 
 DeadlineExceeded derives from BaseException so a test's ``except Exception`` does not
 swallow it; the timer re-fires every REFIRE_S until the test ends, in case it does.
+A C call that never returns (librdkafka's ``Consumer.close()`` against a wedged broker)
+never lets the handler run: a watchdog thread then dumps every thread's stack and ends
+the process HARD_GRACE_S after the deadline, so pytest-xdist reports that test as failed
+("node down") and starts a fresh worker; without xdist the run ends instead of hanging.
 Time spent starting a target (the first test on a worker pays it) is not counted:
 ``paused()`` suspends the timer around the pool's start.
 """
@@ -18,7 +22,10 @@ Time spent starting a target (the first test on a worker pays it) is not counted
 from __future__ import annotations
 
 import contextlib
+import faulthandler
+import os
 import signal
+import sys
 import threading
 import time
 from typing import Any, Iterator
@@ -29,7 +36,21 @@ from typing import Any, Iterator
 # that need more say so with @pytest.mark.deadline(seconds).
 DEFAULT_DEADLINE_S = 300.0
 REFIRE_S = 2.0
+HARD_GRACE_S = float(os.environ.get("KIPCHECK_DEADLINE_HARD_GRACE_S", "180"))
+HARD_EXIT_CODE = 70
 TIMEOUT_REASON = "did not finish within {seconds:g} s"
+
+
+_report_fd: int | None = None
+
+
+def report_to_stderr_as_it_is_now() -> None:
+    """Keep a copy of the process's stderr (called at pytest_configure, as pytest's own
+    faulthandler does) so the watchdog's last words escape pytest's output capture."""
+    global _report_fd
+    if _report_fd is None:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            _report_fd = os.dup(sys.stderr.fileno())
 
 
 class DeadlineExceeded(BaseException):
@@ -60,6 +81,8 @@ class Deadline:
         self.paused_s = 0.0
         self._previous: Any = None
         self._armed_at = 0.0
+        self._due: float | None = None  # monotonic time the alarm is due; None while paused
+        self._ended = threading.Event()
 
     def _on_alarm(self, _signum: int, _frame: Any) -> None:
         self.fired = True
@@ -68,12 +91,26 @@ class Deadline:
     def start(self) -> None:
         self._previous = signal.signal(signal.SIGALRM, self._on_alarm)
         self._arm(self.seconds)
+        threading.Thread(target=self._watch, name="deadline-watchdog", daemon=True).start()
 
     def _arm(self, seconds: float) -> None:
         self._armed_at = time.monotonic()
+        self._due = self._armed_at + max(seconds, 0.001)
         signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001), REFIRE_S)
 
+    def _watch(self) -> None:
+        """The last resort when the main thread is stuck in C and the alarm cannot run."""
+        while not self._ended.wait(min(5.0, HARD_GRACE_S / 2)):
+            due = self._due
+            if due is not None and time.monotonic() > due + HARD_GRACE_S:
+                fd = _report_fd if _report_fd is not None else 2
+                os.write(fd, (f"kipcheck: a test is {HARD_GRACE_S:g} s past its {self.budget:g} s deadline "
+                              "inside a call that never returns; ending this test process\n").encode())
+                faulthandler.dump_traceback(file=fd, all_threads=True)
+                os._exit(HARD_EXIT_CODE)
+
     def pause(self) -> None:
+        self._due = None
         remaining, _ = signal.setitimer(signal.ITIMER_REAL, 0)
         self._remaining = remaining if remaining > 0 else 0.001
         self._paused_at = time.monotonic()
@@ -94,6 +131,8 @@ class Deadline:
         self._paused_at = None
 
     def stop(self) -> None:
+        self._ended.set()
+        self._due = None
         signal.setitimer(signal.ITIMER_REAL, 0)
         if self._previous is not None:
             signal.signal(signal.SIGALRM, self._previous)

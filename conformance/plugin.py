@@ -385,6 +385,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "target_kinds(*kinds): restrict a test to target kinds")
     config.addinivalue_line("markers", "deadline(seconds): this test's deadline (default: conformance.deadlines)")
     _KEYBOARD_INTERRUPT.clear()
+    deadlines.report_to_stderr_as_it_is_now()
     results = config.getoption("kipcheck_results")
     results_dir = Path(results).resolve() if results else None
     state = KipcheckState(

@@ -197,6 +197,25 @@ def test_unit_tests_outside_the_suites_have_a_deadline_too(pytester: pytest.Pyte
     result.stdout.fnmatch_lines(["*did not finish within 1 s*"])
 
 
+def test_a_call_that_never_returns_ends_the_worker_instead_of_hanging(pytester: pytest.Pytester, monkeypatch):
+    """The alarm cannot interrupt a C call that never returns (simulated by blocking
+    SIGALRM): the watchdog dumps the stacks and ends the process, which xdist reports as
+    a failed test and replaces."""
+    monkeypatch.delenv("KIPCHECK_TARGETS", raising=False)
+    monkeypatch.setenv("KIPCHECK_DEADLINE_HARD_GRACE_S", "2")
+    (pytester.path / "test_stuck.py").write_text(textwrap.dedent('''
+        import signal, time, pytest
+        @pytest.mark.deadline(1)
+        def test_stuck_in_c():
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+            time.sleep(120)
+    '''))
+    started = time.monotonic()
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
+    assert result.ret == deadlines.HARD_EXIT_CODE and time.monotonic() - started < 60
+    result.stderr.fnmatch_lines(["*past its 1 s deadline inside a call that never returns*", "*test_stuck_in_c*"])
+
+
 def test_a_nested_deadline_hands_the_outer_clock_back():
     """pytester runs tests inside a test: the inner deadline must not disarm the outer one."""
     with pytest.raises(deadlines.DeadlineExceeded):
