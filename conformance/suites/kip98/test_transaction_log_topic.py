@@ -18,9 +18,11 @@ import pytest
 from confluent_kafka.admin import ConfigResource, ConfigSource, ResourceType
 
 from conformance import client_ops, wire_ops
+from conformance.suites import require_api
 from conformance.suites.kip98 import require_transactions
 from conformance.suites.kip98.test_fencing import init_ok
 from fixtures.target import NotSupportedByTarget
+from reference_impl.protocol.api_keys import ApiKey
 
 TXN_LOG = "__transaction_state"
 DESCRIBE_TIMEOUT_S = 30.0
@@ -35,6 +37,7 @@ KIP_DEFAULTS = {
 
 def describe(target, resource: ConfigResource, names: list[str]) -> dict[str, Any]:
     """{name: ConfigEntry} of the names the target describes for the resource."""
+    require_api(target.capabilities(), ApiKey.DESCRIBE_CONFIGS, what="DescribeConfigs")
     admin = client_ops.admin(target)
     entries = admin.describe_configs([resource], request_timeout=DESCRIBE_TIMEOUT_S)[resource].result(DESCRIBE_TIMEOUT_S)
     return {n: entries[n] for n in names if n in entries}
