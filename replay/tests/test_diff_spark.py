@@ -18,6 +18,10 @@ from replay.diff_input import inspect_trace
 from replay.spark_session import get_spark
 from replay.tests.test_diff_support import exchange, partition, small_workload, write_trace
 
+# Spark start-up plus a job on 2 cores shared with the rest of CI: 300 s was exceeded under
+# load, and a job cut off mid-way broke the worker's JVM gateway for the next Spark tests.
+pytestmark = pytest.mark.deadline(900)
+
 
 @pytest.fixture(scope="module")
 def spark():
