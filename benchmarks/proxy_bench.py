@@ -38,7 +38,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from benchmarks.proxy_overhead import Background, create_topic, percentile, start_target
+from benchmarks.bench_clients import (aligned, cell, Background, api_versions_run, consume_run, create_topic, percentile,
+                                      produce_ack_run, produce_run, start_target)
 
 THROUGHPUT_TARGET = 0.9
 ADDED_P50_TARGET_MS = 0.3
@@ -111,89 +112,6 @@ class Row:
 
 
 # --- workloads -------------------------------------------------------------------------------
-
-
-def produce_run(bootstrap: str, topic: str, n: int, value: bytes) -> float:
-    from confluent_kafka import Producer
-
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
-                  "queue.buffering.max.messages": max(n, 100000), "queue.buffering.max.kbytes": 1 << 21})
-    p.produce(topic, b"warm-up")  # connections and metadata outside the measurement
-    p.flush(30)
-    errors: list = []
-    on_delivery = lambda e, m: errors.append(e) if e else None  # noqa: E731
-    start = time.perf_counter()
-    for _ in range(n):
-        while True:
-            try:
-                p.produce(topic, value, on_delivery=on_delivery)
-                break
-            except BufferError:
-                p.poll(0.01)
-        p.poll(0)
-    left = p.flush(300)
-    elapsed = time.perf_counter() - start
-    if left or errors:
-        raise RuntimeError(f"produce: {left} undelivered, {len(errors)} errors ({errors[:1]})")
-    return n / elapsed
-
-
-def consume_run(bootstrap: str, topic: str, n: int) -> float:
-    from confluent_kafka import Consumer, TopicPartition
-
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{os.getpid()}-{time.monotonic_ns()}",
-                  "enable.auto.commit": False, "fetch.wait.max.ms": 100})
-    try:
-        c.list_topics(topic, 30)  # bootstrap connection and metadata outside the measurement
-        start = time.perf_counter()
-        c.assign([TopicPartition(topic, 0, 0)])
-        got, deadline = 0, time.monotonic() + 300
-        while got < n + 1 and time.monotonic() < deadline:  # +1: the warm-up value
-            got += sum(1 for m in c.consume(10000, 0.5) if m.error() is None)
-        elapsed = time.perf_counter() - start
-    finally:
-        c.close()
-    if got < n + 1:
-        raise RuntimeError(f"consume: {got} of {n + 1} values within 300 s")
-    return n / elapsed
-
-
-def api_versions_run(bootstrap: str, m: int) -> list[float]:
-    """Milliseconds per ApiVersions v3 round trip, one in flight, on one connection."""
-    from reference_impl.client.raw_client import RawClient
-
-    host, _, port = bootstrap.split(",")[0].rpartition(":")
-    out: list[float] = []
-    with RawClient(host, int(port)) as raw:
-        for _ in range(20):
-            raw.api_versions()
-        for _ in range(m):
-            t0 = time.perf_counter()
-            raw.api_versions()
-            out.append((time.perf_counter() - t0) * 1000)
-    return out
-
-
-def produce_ack_run(bootstrap: str, topic: str, m: int) -> list[float]:
-    """Milliseconds from produce() to the delivery report, acks=1, one value in flight."""
-    from confluent_kafka import Producer
-
-    p = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 0})
-    for _ in range(5):
-        p.produce(topic, b"w")
-        p.flush(30)
-    out: list[float] = []
-    for _ in range(m):
-        done: list[float] = []
-        t0 = time.perf_counter()
-        p.produce(topic, b"x" * 100, on_delivery=lambda e, msg: done.append(time.perf_counter()) if e is None else None)
-        while not done:
-            p.poll(0.0002)
-            if time.perf_counter() - t0 > 30:
-                raise RuntimeError("produce acks=1: no delivery report within 30 s")
-        out.append((done[0] - t0) * 1000)
-    p.flush(10)
-    return out
 
 
 def tree_cpu_s(pid: int) -> float:
@@ -289,31 +207,24 @@ def bench_target(spec: str, n: int, m: int, value_bytes: int, repeat: int, log: 
 # --- output ------------------------------------------------------------------------------------
 
 
-def _f(v: float | None, fmt: str) -> str:
-    return "-" if v is None else format(v, fmt)
-
-
 def table(rows: list[Row]) -> str:
     head = ("target", "workload", "direct", "proxied", "ratio", "capture CPU", "direct p50/p99 ms",
             "proxied p50/p99 ms", "added p50 ms", "load 1m", "met")
     lines = [head]
     for r in rows:
         if r.latency:
-            cells = ("-", "-", "-", f"{_f(r.cpu_us_per_request, '.0f')} us/req", f"{_f(r.pct('direct', 50), '.3f')}/{_f(r.pct('direct', 99), '.3f')}",
-                     f"{_f(r.pct('proxied', 50), '.3f')}/{_f(r.pct('proxied', 99), '.3f')}", _f(r.added_p50, "+.3f"))
+            cells = ("-", "-", "-", f"{cell(r.cpu_us_per_request, '.0f')} us/req", f"{cell(r.pct('direct', 50), '.3f')}/{cell(r.pct('direct', 99), '.3f')}",
+                     f"{cell(r.pct('proxied', 50), '.3f')}/{cell(r.pct('proxied', 99), '.3f')}", cell(r.added_p50, "+.3f"))
         else:
             mb = r.value_bytes / 1e6
 
             def fmt(v: float | None) -> str:
                 return "-" if v is None else f"{v:.0f} msg/s {v * mb:.1f} MB/s"
 
-            cells = (fmt(r.mid("direct")), fmt(r.mid("proxied")), _f(r.ratio, ".2f"), f"{_f(r.cpu_ms_per_mb, '.1f')} ms/MB",
+            cells = (fmt(r.mid("direct")), fmt(r.mid("proxied")), cell(r.ratio, ".2f"), f"{cell(r.cpu_ms_per_mb, '.1f')} ms/MB",
                      "-", "-", "-")
         lines.append((r.target, r.workload, *cells, f"{r.load:.2f}", {True: "yes", False: "NO", None: "-"}[r.met]))
-    widths = [max(len(str(line[i])) for line in lines) for i in range(len(head))]
-    out = [" | ".join(str(c).ljust(w) for c, w in zip(line, widths)) for line in lines]
-    out.insert(1, "-+-".join("-" * w for w in widths))
-    return "\n".join(out)
+    return aligned(lines)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,19 +32,18 @@ import platform
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from benchmarks.bench_clients import (aligned, cell, Background, consume_run, create_topic, percentile, produce_ack_run,
+                                      produce_run, start_target)
 
 THROUGHPUT_TARGET = 0.8
 ADDED_P99_TARGET_MS = 1.0
 VALUE = b"x" * 100
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @dataclass
@@ -88,51 +87,6 @@ class Row:
 # --- processes -------------------------------------------------------------------------------
 
 
-class Background:
-    """A child process whose first matching stdout line announces it is ready."""
-
-    def __init__(self, argv: list[str], ready_prefix: str, timeout_s: float) -> None:
-        self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True)
-        self.line = self._wait_line(ready_prefix, timeout_s)
-        # keep draining stdout so the child never blocks on a full pipe
-        threading.Thread(target=self.proc.stdout.read, daemon=True).start()
-        threading.Thread(target=self.proc.stderr.read, daemon=True).start()
-
-    def _wait_line(self, prefix: str, timeout_s: float) -> str:
-        result: list[str] = []
-
-        def read() -> None:
-            for line in self.proc.stdout:
-                if prefix in line:
-                    result.append(line.strip())
-                    return
-
-        t = threading.Thread(target=read, daemon=True)
-        t.start()
-        t.join(timeout_s)
-        if not result:
-            self.stop()
-            err = self.proc.stderr.read() if self.proc.stderr else ""
-            raise RuntimeError(f"{' '.join(self.proc.args[:4])} did not print {prefix!r} within {timeout_s:.0f}s: "
-                               f"{err.strip()[-500:]}")
-        return result[0]
-
-    def stop(self, timeout_s: float = 60.0) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-def start_target(spec: str) -> tuple[Background, str]:
-    bg = Background([sys.executable, "-m", "fixtures.target_up", spec], "bootstrap=", 300)
-    return bg, bg.line.split("=", 1)[1]
-
-
 def start_proxy(upstream: str, trace_dir: str, writer: str) -> tuple[Background, str]:
     """thread: `kipcheck record` as it is (TraceWriter thread in the proxy process);
     process: the same proxy with the writer in a child process (`ProcessTraceSink`)."""
@@ -170,83 +124,6 @@ def serve_proxy(upstream: str, trace_dir: str) -> int:
 # --- workloads -------------------------------------------------------------------------------
 
 
-def create_topic(bootstrap: str, partitions: int = 1) -> str:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    name = f"bench-{uuid.uuid4().hex[:10]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the future
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
-    return name
-
-
-def produce_throughput(bootstrap: str, topic: str, n: int) -> float:
-    from confluent_kafka import Producer
-
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
-                  "queue.buffering.max.messages": max(n, 100000)})
-    p.produce(topic, VALUE)  # connect and fetch metadata outside the measurement
-    p.flush(30)
-    errors: list = []
-    start = time.perf_counter()
-    for _ in range(n):
-        p.produce(topic, VALUE, on_delivery=lambda e, m: errors.append(e) if e else None)
-        p.poll(0)
-    left = p.flush(120)
-    elapsed = time.perf_counter() - start
-    if left or errors:
-        raise RuntimeError(f"produce: {left} undelivered, {len(errors)} errors ({errors[:1]})")
-    return n / elapsed
-
-
-def consume_throughput(bootstrap: str, topic: str, n: int) -> float:
-    from confluent_kafka import Consumer, TopicPartition
-
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}",
-                  "enable.auto.commit": False, "fetch.wait.max.ms": 100})
-    try:
-        start = time.perf_counter()
-        c.assign([TopicPartition(topic, 0, 0)])
-        got = 0
-        deadline = time.monotonic() + 120
-        while got < n and time.monotonic() < deadline:
-            for m in c.consume(10000, 0.5):
-                if m.error() is None:
-                    got += 1
-        elapsed = time.perf_counter() - start
-    finally:
-        c.close()
-    if got < n:
-        raise RuntimeError(f"consume: {got} of {n} messages within 120 s")
-    return n / elapsed
-
-
-def produce_latencies(bootstrap: str, topic: str, m: int) -> list[float]:
-    """Milliseconds from produce() to the delivery report, one message in flight."""
-    from confluent_kafka import Producer
-
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
-    for _ in range(5):  # warm-up: connections, metadata
-        p.produce(topic, VALUE)
-        p.flush(30)
-    out: list[float] = []
-    for _ in range(m):
-        done: list[float] = []
-        t0 = time.perf_counter()
-        p.produce(topic, VALUE, on_delivery=lambda e, msg: done.append(time.perf_counter()) if e is None else None)
-        while not done:
-            p.poll(0.0005)
-            if time.perf_counter() - t0 > 30:
-                raise RuntimeError("produce round trip: no delivery report within 30 s")
-        out.append((done[0] - t0) * 1000)
-    p.flush(10)
-    return out
-
-
-def percentile(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, int(round(q / 100 * len(s) + 0.5)) - 1))]
-
-
 # --- one target ---------------------------------------------------------------------------------
 
 
@@ -275,9 +152,9 @@ def bench_proxy(spec: str, bootstrap: str, writer: str, n: int, m: int, repeat: 
                     order.reverse()
                 for mode, bs in order:
                     topic = create_topic(bootstrap)
-                    thr.setdefault(("produce", mode), []).append(produce_throughput(bs, topic, n))
-                    thr.setdefault(("consume", mode), []).append(consume_throughput(bs, topic, n))
-                    lat[mode] += produce_latencies(bs, topic, m)
+                    thr.setdefault(("produce", mode), []).append(produce_run(bs, topic, n, VALUE))
+                    thr.setdefault(("consume", mode), []).append(consume_run(bs, topic, n))
+                    lat[mode] += produce_ack_run(bs, topic, m, acks="all")
                     log(f"  {spec} ({writer} writer) repeat {r + 1} {mode}: produce {thr[('produce', mode)][-1]:.0f}/s, "
                         f"consume {thr[('consume', mode)][-1]:.0f}/s")
             for w in ("produce", "consume"):
@@ -304,26 +181,19 @@ def bench_proxy(spec: str, bootstrap: str, writer: str, n: int, m: int, repeat: 
 # --- output ------------------------------------------------------------------------------------
 
 
-def _f(v: float | None, fmt: str) -> str:
-    return "-" if v is None else format(v, fmt)
-
-
 def table(rows: list[Row]) -> str:
     head = ("target", "writer", "workload", "direct msgs/s", "proxied msgs/s", "ratio", "direct p50/p99 ms",
             "proxied p50/p99 ms", "added p99 ms", "met")
     lines = [head]
     for r in rows:
         lat = r.workload == "produce round trip"
-        lines.append((r.target, r.writer, r.workload, _f(r.direct_msgs_s, ".0f"), _f(r.proxied_msgs_s, ".0f"),
-                      _f(r.ratio, ".2f"),
-                      f"{_f(r.direct_p50_ms, '.2f')}/{_f(r.direct_p99_ms, '.2f')}" if lat else "-",
-                      f"{_f(r.proxied_p50_ms, '.2f')}/{_f(r.proxied_p99_ms, '.2f')}" if lat else "-",
-                      _f(r.added_p99_ms, "+.2f") if lat else "-",
+        lines.append((r.target, r.writer, r.workload, cell(r.direct_msgs_s, ".0f"), cell(r.proxied_msgs_s, ".0f"),
+                      cell(r.ratio, ".2f"),
+                      f"{cell(r.direct_p50_ms, '.2f')}/{cell(r.direct_p99_ms, '.2f')}" if lat else "-",
+                      f"{cell(r.proxied_p50_ms, '.2f')}/{cell(r.proxied_p99_ms, '.2f')}" if lat else "-",
+                      cell(r.added_p99_ms, "+.2f") if lat else "-",
                       {True: "yes", False: "NO", None: "-"}[r.met]))
-    widths = [max(len(str(line[i])) for line in lines) for i in range(len(head))]
-    out = [" | ".join(str(c).ljust(w) for c, w in zip(line, widths)) for line in lines]
-    out.insert(1, "-+-".join("-" * w for w in widths))
-    return "\n".join(out)
+    return aligned(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
