@@ -130,9 +130,10 @@ def test_broker_refusal_surfaces_at_commit_and_a_retry_succeeds(loop):
     loop.wait_outputs()
 
 
-@pytest.mark.requirement("KIP-1289.GATE.004", "KIP-1289.CASE.009")
+@pytest.mark.requirement("KIP-1289.GATE.004", "KIP-1289.CASE.009", "KIP-1289.API.003")
 def test_cluster_without_the_feature_fails_the_staging_call_before_sending(kip):
-    """share.version lowered to 1 (no key 93): the staging call raises at once; the
+    """share.version lowered to 1 (no key 93): the staging call raises at once (API.003: the
+    throws list's synchronous UnsupportedVersionException, not an error at commit); the
     application aborts and no output is committed."""
     assert update_features(kip.cc.bootstrap, {"share.version": 1}, SAFE_DOWNGRADE).error_code == E.none
     try:

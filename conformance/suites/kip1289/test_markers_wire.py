@@ -40,11 +40,12 @@ def test_markers_resolve_only_their_own_producers_staging(kip):
     wait_for(lambda: held(m, sp, base + 5, base + 9), "B's range back with the member after the abort")
 
 
-@pytest.mark.requirement("KIP-1289.MARKER.002", "KIP-1289.CASE.005", "KIP-1289.CASE.014")
+@pytest.mark.requirement("KIP-1289.MARKER.002", "KIP-1289.CASE.005", "KIP-1289.CASE.014", "KIP-1289.FENCE.002")
 def test_duplicate_and_stale_markers_change_nothing(kip):
     """After a committed staging, the same marker again leaves the persisted state as it is.
     The producer's next transaction stages at the bumped epoch; a late copy of the first
-    transaction's marker (that same epoch) does not resolve it; its own commit does."""
+    transaction's marker (that same epoch) does not resolve it; its own commit does
+    (FENCE.002: a marker resolves only records staged with its producer id and epoch)."""
     sp, m, epoch, base, txn = scenario(kip)
     assert staged_ok(stage(m.node, txn, sp.group, m.member, epoch, {sp.key(): [(base, base + 4, [ACCEPT])]}))
     assert txn.end(committed=True).error_code == E.none

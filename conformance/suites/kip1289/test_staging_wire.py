@@ -58,10 +58,11 @@ def test_abort_returns_records_to_the_member_and_a_staged_record_refuses_plain_a
     assert other.fetch_until([sp.key()], 5) == {o: 2 for o in range(base + 5, base + 10)}
 
 
-@pytest.mark.requirement("KIP-1289.STATE.002")
+@pytest.mark.requirement("KIP-1289.STATE.002", "KIP-1289.STATE.001")
 def test_pending_records_are_not_delivered_and_do_not_move_the_spso(kip):
     """Staged records held in an open transaction: another member is not given them even
-    after the first member's session closes, and the persisted SPSO stays at base."""
+    after the first member's session closes, and the persisted SPSO stays at base
+    (STATE.001: TX_PENDING belongs to the transaction, not to the member's session)."""
     sp, m, epoch, base, txn = scenario(kip)
     assert staged_ok(stage(m.node, txn, sp.group, m.member, epoch, {sp.key(): [(base, base + 9, [ACCEPT])]}))
     m.close()

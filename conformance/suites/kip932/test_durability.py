@@ -23,13 +23,14 @@ from typing import Any
 
 import pytest
 
-from conformance import share_ops
-from conformance.share_ops import ACCEPT, E, REJECT, RELEASE, share_ack, share_fetch
+from conformance import share_ops, wire_ops
+from conformance.share_ops import ACCEPT, E, REJECT, RELEASE, eventually, share_ack, share_fetch
 from conformance.suites import require_api, require_nodes
+from conformance.suites.kip932.test_membership import Member, describe, require_describe
 from conformance.suites.kip932.test_sessions import (
-    ShareSetup, counts_of, drain, open_and_acquire, record, require_share_groups, share_setup,
+    ShareSetup, counts_of, drain, open_and_acquire, record, record_side, require_share_groups, share_setup,
 )
-from fixtures.target import Target
+from fixtures.target import NotSupportedByTarget, Target
 from fixtures.targets import create_target
 from reference_impl.client.raw_client import ClusterClient
 from reference_impl.model.share_state_records import coordinator_key
@@ -235,3 +236,65 @@ def test_share_coordinator_crash_keeps_the_durable_state(target, unique, request
         assert restarted <= final <= 10, (restarted, final)
     finally:
         after.cc.close()
+
+
+# -- group coordinator fail-over -----------------------------------------------------------------
+
+
+def _settled(node, group: str, member: Member, min_epoch: int = 0) -> Any:
+    """The member beats until the group is steady: one member at the group epoch, the
+    assignment epoch caught up and both partitions assigned."""
+    member.beat()
+    d = describe(node, group)
+    assert d.error_code == E.none and d.assignment_epoch == d.group_epoch >= min_epoch, d
+    assert [(m.member_id, m.member_epoch) for m in d.members] == [(member.member_id, d.group_epoch)], d
+    assert sum(len(p) for p in member.assigned.values()) == 2, member.assigned
+    return d
+
+
+@pytest.mark.requirement("KIP-932.EPOCH.007")
+def test_group_coordinator_failover_keeps_the_group_epoch(target, unique, request):
+    """KIP "Persistence and fail-over": the newly elected group coordinator replays the group
+    and "will bump the group epoch as a result". Kafka's GroupMetadataManager replays the
+    ShareGroupMetadata record's epoch as it is and bumps nothing (docs/share-groups-kip-vs-
+    kafka.md item 5, DIV-93205). A member on a 2-partition topic, group settled at epoch E;
+    the coordinator's node is killed: the new coordinator describes epoch E, assignment
+    epoch E and the member at E, and the member's heartbeat with E is answered E
+    (EPOCH.007: the assignment epoch never goes backwards across the fail-over either)."""
+    t = three_node_target(target)
+    require_describe(t)
+    if t.kind == "librdkafka-mock":  # fixtures/librdkafka_mock.py: kill_node moves no coordinator
+        raise NotSupportedByTarget("the mock does not move a group coordinator away from a down broker")
+    group = unique.group()
+    with t.cluster_client() as cc:
+        topic = unique.topic()
+        assert wire_ops.create_topic(cc, topic, 2, replication=3) == E.none
+        node = cc.coordinator_for(group, 0, wait_s=30)
+        old = cc.find_coordinator(group, 0)[1]
+        member = Member(node, group, [topic])
+        before = eventually(lambda: _settled(node, group, member), 60)
+        time.sleep(1.0)  # nothing else moves it: the same epoch a second later
+        before = eventually(lambda: _settled(node, group, member, before.group_epoch), 30)
+        survivors = ",".join(f"{h}:{p}" for n, (h, p) in cc.nodes.items() if n != old)
+    record(request, "group_epoch_before", int(before.group_epoch))
+    t.kill_node(old)
+    try:
+        with t.cluster_client(survivors) as alive:
+            def moved() -> Any:
+                error, new = alive.find_coordinator(group, 0)
+                assert error == E.none and new != old, (error, new)
+                d = describe(alive.node(new), group)
+                assert d.error_code == E.none, d
+                return new, d
+
+            new, after = eventually(moved, FAILOVER_WAIT_S)
+            record(request, "group_epoch_after", int(after.group_epoch))
+            record_side(request, "failover-group-epoch", "kafka" if after.group_epoch == before.group_epoch else "kip")
+            assert after.group_state == "Stable", after
+            assert (after.group_epoch, after.assignment_epoch) == (before.group_epoch, before.assignment_epoch), after
+            assert [(m.member_id, m.member_epoch) for m in after.members] == [(member.member_id, before.group_epoch)], after
+            member.node = alive.node(new)
+            resp = member.beat()
+            assert resp.member_epoch == before.group_epoch, resp
+    finally:
+        t.restart_node(old)

@@ -137,11 +137,11 @@ def test_record_lock_limit_applies_back_pressure(sp, record_property):
     assert more and min(more) == base + len(held), more
 
 
-@pytest.mark.requirement("KIP-932.LOCK.001")
+@pytest.mark.requirement("KIP-932.LOCK.001", "KIP-932.ACK.001")
 def test_renew_extends_the_lock(sp, lock_ms):
     """RENEW (KIP-1222, ShareAcknowledge v2, Kafka 4.2+) restarts the lock: acknowledging
     after the original lock would have expired still succeeds and no other member got the
-    records meanwhile."""
+    records meanwhile. ACK.001: type 4 is accepted beyond the KIP's types 0-3 (DIV-025)."""
     sp.open({**short_lock(lock_ms), "share.renew.acknowledge.enable": "true"})
     a = sp.primed_member()
     require_share_version(a.node, 2, "RENEW")

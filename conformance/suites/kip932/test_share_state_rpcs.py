@@ -151,6 +151,27 @@ def test_stale_state_epoch_and_leader_epoch_are_fenced(sp, record_property):
     assert as_tuple(read(sp.cc, sp.group, sp.tid, leader=l_epoch + 5)) == before
 
 
+@pytest.mark.requirement("KIP-932.PERSIST.001")
+def test_newer_state_epoch_write_is_accepted_and_not_recorded(sp, record_property):
+    """PERSIST.001: the KIP refuses writes carrying "another" state epoch (FENCED_STATE_EPOCH:
+    the epoch "did not match"); Kafka's ShareCoordinatorShard fences only an older one
+    (DIV-93218). A write repeating the state with state epoch + 1 is answered NONE, the
+    stored state epoch stays, and a write at the stored epoch is still taken."""
+    require_state_rpcs(sp.target, READ, WRITE)
+    sp.open()
+    accepted_two(sp)
+    state = eventually(lambda: _with_batches(read(sp.cc, sp.group, sp.tid)))
+    before = as_tuple(state)
+    s_epoch, l_epoch = int(state.state_epoch), leader_epoch(sp.cc, sp.tid, 0)
+    newer = write(sp.cc, sp.group, sp.tid, state, state_epoch=s_epoch + 1, leader=l_epoch)
+    record_property("write_at_state_epoch_plus_one", E(newer.error_code).name)
+    assert newer.error_code == E.none, newer
+    assert as_tuple(read(sp.cc, sp.group, sp.tid)) == before, "the newer state epoch was recorded"
+    same = write(sp.cc, sp.group, sp.tid, state, state_epoch=s_epoch, leader=l_epoch)
+    assert same.error_code == E.none, same
+    assert as_tuple(read(sp.cc, sp.group, sp.tid)) == before
+
+
 def _with_batches(state: Any) -> Any:
     assert state.error_code == E.none and state.state_batches, state
     return state
