@@ -110,7 +110,7 @@ def _topic_refused(resp: Any) -> bool:
 
 @pytest.mark.requirement("KIP-932.ACL.001")
 def test_share_group_heartbeat_needs_read_on_the_group(scene, record_property):
-    """Without READ on g, ShareGroupHeartbeat answers GROUP_AUTHORIZATION_FAILED, gives no
+    """KIP-932.ACL.001: Without READ on g, ShareGroupHeartbeat answers GROUP_AUTHORIZATION_FAILED, gives no
     member epoch or assignment, and creates no group (the super user's ShareGroupDescribe
     finds none). With READ on g the KIP's table asks nothing more: the heartbeat joins (NONE,
     epoch >= 1). Kafka also wants DESCRIBE on each subscribed topic and answers
@@ -135,7 +135,7 @@ def test_share_group_heartbeat_needs_read_on_the_group(scene, record_property):
 
 @pytest.mark.requirement("KIP-932.ACL.001")
 def test_share_group_describe_needs_describe_on_the_group(scene, record_property):
-    """The super user's member is in g. Without DESCRIBE on g the user's ShareGroupDescribe
+    """KIP-932.ACL.001: The super user's member is in g. Without DESCRIBE on g the user's ShareGroupDescribe
     answers GROUP_AUTHORIZATION_FAILED for g with no member listed. With DESCRIBE on g it
     answers NONE and lists the member (KIP); Kafka also wants DESCRIBE on the group's topics
     and answers TOPIC_AUTHORIZATION_FAILED for g, listing nobody, until then (DIV-93205; the
@@ -157,7 +157,7 @@ def test_share_group_describe_needs_describe_on_the_group(scene, record_property
 
 @pytest.mark.requirement("KIP-932.ACL.002")
 def test_share_fetch_and_acknowledge_need_read_on_the_group_and_the_topic(scene):
-    """3 records in t. Without READ on g: ShareFetch and ShareAcknowledge answer
+    """KIP-932.ACL.002: 3 records in t. Without READ on g: ShareFetch and ShareAcknowledge answer
     GROUP_AUTHORIZATION_FAILED at the top level and deliver nothing. With READ on g (and
     DESCRIBE, not READ, on t, so the member can join Kafka's group): ShareFetch answers
     TOPIC_AUTHORIZATION_FAILED for t-0 and delivers nothing. With READ on t too: the records
@@ -191,7 +191,7 @@ def test_share_fetch_and_acknowledge_need_read_on_the_group_and_the_topic(scene)
 
 @pytest.mark.requirement("KIP-932.ACL.003")
 def test_share_group_offsets_admin_needs_group_permissions(scene, record_property):
-    """An empty share group g exists (the super user's member joined and left). Without any
+    """KIP-932.ACL.003: An empty share group g exists (the super user's member joined and left). Without any
     permission: DescribeShareGroupOffsets answers GROUP_AUTHORIZATION_FAILED for g,
     AlterShareGroupOffsets(t-0 -> 1) and DeleteShareGroupOffsets(t) answer it at the top
     level, and the super user still sees the start offset unchanged. With DESCRIBE on g the
@@ -257,7 +257,7 @@ def _cluster_refused(part: Any) -> bool:
 
 @pytest.mark.requirement("KIP-932.ACL.004")
 def test_share_state_rpcs_need_cluster_action(target, unique):
-    """A share-partition t-0 of g has persisted state (a member fetched it). As a user
+    """KIP-932.ACL.004: A share-partition t-0 of g has persisted state (a member fetched it). As a user
     without CLUSTER_ACTION, ReadShareGroupState and WriteShareGroupState (start offset 2)
     answer CLUSTER_AUTHORIZATION_FAILED and the state the super user reads is unchanged;
     with CLUSTER_ACTION granted on the cluster the user's read is processed (NONE, the same

@@ -129,7 +129,7 @@ def scene(target, unique):
 
 @pytest.mark.requirement("KIP-98.AUTH.001")
 def test_init_producer_id_needs_write_on_the_transactional_id(scene):
-    """Without WRITE on T, InitProducerId(T) answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    """KIP-98.AUTH.001: Without WRITE on T, InitProducerId(T) answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     with no producer id, and the coordinator knows no T afterwards (DescribeTransactions:
     TRANSACTIONAL_ID_NOT_FOUND). With WRITE on T granted it hands out a producer id."""
     refused = scene.init()
@@ -144,7 +144,7 @@ def test_init_producer_id_needs_write_on_the_transactional_id(scene):
 
 @pytest.mark.requirement("KIP-98.AUTH.002")
 def test_add_partitions_to_txn_needs_write_on_the_topic(scene):
-    """With WRITE on T but not on topic t, AddPartitionsToTxn(t-0) answers
+    """KIP-98.AUTH.002: With WRITE on T but not on topic t, AddPartitionsToTxn(t-0) answers
     TOPIC_AUTHORIZATION_FAILED for t-0 and the transaction holds no partition
     (DescribeTransactions as the super user). With WRITE on t granted the add answers NONE
     and the transaction lists t-0."""
@@ -168,7 +168,7 @@ def _add_offsets(node: RawClient, txn: str, pid: int, epoch: int, group: str) ->
 
 @pytest.mark.requirement("KIP-98.ADDOFF.002")
 def test_add_offsets_to_txn_needs_read_on_the_group(scene):
-    """With WRITE on T but no permission on group G, AddOffsetsToTxn(G) answers
+    """KIP-98.ADDOFF.002: With WRITE on T but no permission on group G, AddOffsetsToTxn(G) answers
     GROUP_AUTHORIZATION_FAILED and no __consumer_offsets partition joins the transaction.
     With READ on G granted it answers NONE and the offsets partition is listed."""
     scene.grant((Res.TRANSACTIONAL_ID, scene.txn, Op.WRITE))
@@ -186,7 +186,7 @@ def test_add_offsets_to_txn_needs_read_on_the_group(scene):
 
 @pytest.mark.requirement("KIP-98.FORMAT.001")
 def test_transactional_produce_needs_write_on_the_transactional_id(scene):
-    """With WRITE on t but not on T, a transactional Produce carrying TransactionalId=T
+    """KIP-98.FORMAT.001: With WRITE on t but not on T, a transactional Produce carrying TransactionalId=T
     answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED and the log end does not move. With WRITE
     on T granted (and t-0 added to T's transaction) the same batch is appended."""
     scene.grant((Res.TOPIC, scene.topic, Op.WRITE))
@@ -209,7 +209,7 @@ def test_transactional_produce_needs_write_on_the_transactional_id(scene):
 
 @pytest.mark.requirement("KIP-98.AUTH.003")
 def test_write_txn_markers_needs_cluster_action(target, unique):
-    """WriteTxnMarkers is the coordinator's RPC. A user without CLUSTER_ACTION sending a
+    """KIP-98.AUTH.003: WriteTxnMarkers is the coordinator's RPC. A user without CLUSTER_ACTION sending a
     COMMIT marker for an idempotent producer to t-0's leader gets CLUSTER_AUTHORIZATION_FAILED
     for t-0 and the log end does not move; with CLUSTER_ACTION granted on the cluster the
     same marker answers NONE and is appended (log end + 1)."""
