@@ -25,8 +25,8 @@ import pytest
 from conformance import wire_ops
 from conformance.acl_ops import CLUSTER, Op, Res, grant, require_authorizer, until_allowed
 from conformance.share_ops import (
-    ACCEPT, READ_SHARE_GROUP_STATE, RETRIABLE_COORDINATOR_ERRORS, SHARE_COORDINATOR_KEY_TYPE, SHARE_GROUP_DESCRIBE, E, ShareSession, acquired,
-    heartbeat, join_share_group, kafka_uuid, leader_epoch, nested, new_member_id, produce_values,
+    ACCEPT, READ_SHARE_GROUP_STATE, RETRIABLE_COORDINATOR_ERRORS, SHARE_COORDINATOR_KEY_TYPE, SHARE_GROUP_DESCRIBE, E,
+    ShareSession, acquired, heartbeat, join_share_group, kafka_uuid, leader_epoch, nested, new_member_id, produce_values,
     require_share_groups, set_group_configs,
 )
 from conformance.suites import require_api
