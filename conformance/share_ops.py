@@ -66,10 +66,51 @@ def alter_group_configs(client: ClusterClient, group: str, configs: dict[str, st
 
 
 def set_group_configs(client: ClusterClient, group: str, configs: dict[str, str]) -> None:
-    """share.* group configs with IncrementalAlterConfigs on the GROUP resource (type 32)."""
+    """share.* group configs with IncrementalAlterConfigs on the GROUP resource (type 32),
+    then until every broker has applied them (await_group_configs)."""
     code, message = alter_group_configs(client, group, configs)
     if code != E.none:
         raise AssertionError(f"IncrementalAlterConfigs GROUP {group} {configs}: {E(code)!r} {message}")
+    await_group_configs(client, group, configs)
+
+
+def described_group_configs(node: RawClient, group: str, names: list[str] | None) -> dict[str, str | None] | None:
+    """DescribeConfigs of the GROUP resource on one node (its own metadata image; names None:
+    all): name -> value; None where the node cannot describe group configs."""
+    version = node.negotiate(ApiKey.DESCRIBE_CONFIGS, 4)
+    if version is None:
+        return None
+    keys = None if names is None else tuple(names)
+    resp = node.request(ApiKey.DESCRIBE_CONFIGS, version, resources=(nested(
+        ApiKey.DESCRIBE_CONFIGS, version, "DescribeConfigsResource", resource_type=GROUP_RESOURCE,
+        resource_name=group, configuration_keys=keys),), include_synonyms=False, include_documentation=False)
+    result = resp.results[0]
+    return None if result.error_code != E.none else {c.name: c.value for c in result.configs}
+
+
+def await_group_configs(client: ClusterClient, group: str, configs: dict[str, str], wait_s: float = 15.0) -> None:
+    """Until every broker describes the group configs just set. In KRaft the controller
+    answers IncrementalAlterConfigs once the ConfigRecord is committed; each broker applies
+    it when it replays the metadata log (DynamicConfigPublisher -> GroupConfigManager), so
+    the group's coordinator may still use the old value for a moment (seen on 3-broker
+    containers: a heartbeat interval of 5000 right after setting 8000). A fence, not a check:
+    a node that cannot describe group configs is not waited for, and the tests assert the
+    behaviour themselves."""
+    deadline = time.monotonic() + wait_s
+    pending = sorted(client.nodes)
+    while pending and time.monotonic() < deadline:
+        pending = [n for n in pending if not _describes_on(client, n, group, configs)]
+        if pending:
+            time.sleep(0.1)
+
+
+def _describes_on(client: ClusterClient, node_id: int, group: str, configs: dict[str, str]) -> bool:
+    try:
+        seen = described_group_configs(client.node(node_id), group, sorted(configs))
+    except OSError:  # a node that is down applies nothing; it is not waited for
+        return True
+    # A name the node does not list (a target that describes fewer group configs) is not waited for.
+    return seen is None or all(seen.get(k) in (None, v) for k, v in configs.items())
 
 
 def set_group_configs_if_known(client: ClusterClient, group: str, configs: dict[str, str]) -> None:
@@ -84,22 +125,14 @@ def set_group_configs_if_known(client: ClusterClient, group: str, configs: dict[
                                    "and absent from its DescribeConfigs of the group)")
     if code != E.none:
         raise AssertionError(f"IncrementalAlterConfigs GROUP {group} {configs}: {E(code)!r} {message}")
+    await_group_configs(client, group, configs)
 
 
 def unknown_group_configs(client: ClusterClient, group: str, configs: dict[str, str]) -> list[str]:
     """The names in `configs` that DescribeConfigs of the GROUP resource does not list (all
     configs described): the group configs this target does not have."""
-    version = client.bootstrap.negotiate(ApiKey.DESCRIBE_CONFIGS, 4)
-    if version is None:
-        return []
-    resp = client.bootstrap.request(ApiKey.DESCRIBE_CONFIGS, version, resources=(nested(
-        ApiKey.DESCRIBE_CONFIGS, version, "DescribeConfigsResource", resource_type=GROUP_RESOURCE,
-        resource_name=group, configuration_keys=None),), include_synonyms=False, include_documentation=False)
-    result = resp.results[0]
-    if result.error_code != E.none:
-        return []
-    known = {c.name for c in result.configs}
-    return sorted(name for name in configs if name not in known)
+    known = described_group_configs(client.bootstrap, group, None)
+    return [] if known is None else sorted(name for name in configs if name not in known)
 
 
 def heartbeat(node: RawClient, group: str, member: str, epoch: int, topics: list[str] | None = None) -> Any:
