@@ -29,6 +29,7 @@ GAP = 0
 SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE = ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_DESCRIBE, ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE
 INCREMENTAL_ALTER_CONFIGS, GROUP_RESOURCE, SET = ApiKey.INCREMENTAL_ALTER_CONFIGS, 32, 0
 RETRIABLE_COORDINATOR_ERRORS = (E.not_coordinator, E.coordinator_not_available, E.coordinator_load_in_progress)
+RETRIABLE_LEADER_ERRORS = (E.not_leader_or_follower, E.leader_not_available, E.unknown_topic_or_partition)
 
 PartitionKey = tuple[uuid.UUID, int]
 Acks = dict[PartitionKey, list[tuple[int, int, list[int]]]]
@@ -262,14 +263,21 @@ def fetch_until(node: RawClient, group: str, member: str, epoch: int, parts: lis
 def produce_values(client: ClusterClient, topic: str, values: list[bytes], partition: int = 0) -> int:
     """One non-transactional batch to the partition leader, stamped with the current time
     (a 0 timestamp falls to Kafka's time-based retention as soon as the segment rolls, e.g.
-    when a new leader takes over); returns its base offset."""
-    node = client.leader_for(topic, partition)
-    req = payloads.build(
-        framing.request_schema(0, 9), transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=5),
-        topic_data=(nested(0, 9, "TopicProduceData", name=topic, partition_data=(
-            nested(0, 9, "PartitionProduceData", index=partition, records=r.build_batch(values, timestamp_ms=int(time.time() * 1000))),)),),
-    )
-    resp = node.send(req).responses[0].partition_responses[0]
+    when a new leader takes over); returns its base offset. The leader a broker's metadata
+    names may not have applied its leadership yet (several brokers: each replays the metadata
+    log on its own), so NOT_LEADER_OR_FOLLOWER and the like are retried for a while, as a
+    producer would (seen on testcontainers:nodes=3 right after the topic was created)."""
+    deadline = time.monotonic() + 15
+    while True:
+        req = payloads.build(
+            framing.request_schema(0, 9), transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=5),
+            topic_data=(nested(0, 9, "TopicProduceData", name=topic, partition_data=(
+                nested(0, 9, "PartitionProduceData", index=partition, records=r.build_batch(values, timestamp_ms=int(time.time() * 1000))),)),),
+        )
+        resp = client.leader_for(topic, partition).send(req).responses[0].partition_responses[0]
+        if resp.error_code not in RETRIABLE_LEADER_ERRORS or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert resp.error_code == E.none, resp
     return int(resp.base_offset)
 
