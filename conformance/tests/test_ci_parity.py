@@ -32,7 +32,8 @@ def test_suite_args_name_the_readme_targets():
     targets = [args[i + 1] for i, a in enumerate(args) if a == "--target"]
     assert targets == ["reference", "reference:nodes=3", "kafka-native", "librdkafka-mock:nodes=3", "kfake"]
     scoped = [args[i + 1] for i, a in enumerate(args) if a == "--scoped-target"]
-    assert scoped == ["kafka-native:security=sasl_ssl", "kafka-native:4.1", "kafka-native:3.9", "testcontainers"]
+    assert scoped == ["kafka-native:security=sasl_ssl", "kafka-native:4.1", "kafka-native:3.9", "testcontainers",
+                      "testcontainers:nodes=3"]
     readme = (REPO / "README.md").read_text()
     for spec in targets + scoped:
         assert f"`{spec}`" in readme, f"README does not name the CI target {spec}"
@@ -46,3 +47,17 @@ def test_the_targets_scoped_in_ci_run_every_suite_nightly():
         assert f'"{spec}"' in nightly
         assert spec in args and args[args.index(spec) - 1] == "--scoped-target"
     assert "conformance/suites " in nightly and "cron:" in nightly
+
+
+def test_containerized_suites_split_between_ci_and_nightly():
+    """.ci/run: the four suites on 3 containerized brokers, all but KIP-932 on one (KIP-932
+    on one broker only repeats what 3 brokers cover, minus the multi-broker tests); the
+    nightly runs all four on both."""
+    args = _suite_args()
+    scope = {args[i + 1]: args[i + 2].split(",") for i, a in enumerate(args) if a == "--scoped-target"}
+    four = [f"conformance/suites/{s}" for s in ("protocol", "kip98", "kip447", "kip932")]
+    assert scope["testcontainers:nodes=3"] == four
+    assert scope["testcontainers"] == four[:3]
+    nightly = (REPO / ".github" / "workflows" / "containers-nightly.yml").read_text()
+    assert '"testcontainers", "testcontainers:nodes=3"' in nightly and "cron:" in nightly
+    assert all(s in nightly for s in four)
