@@ -29,6 +29,7 @@ GAP = 0
 SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE = ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_DESCRIBE, ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE
 INCREMENTAL_ALTER_CONFIGS, GROUP_RESOURCE, SET = ApiKey.INCREMENTAL_ALTER_CONFIGS, 32, 0
 RETRIABLE_COORDINATOR_ERRORS = (E.not_coordinator, E.coordinator_not_available, E.coordinator_load_in_progress)
+RETRIABLE_LEADER_ERRORS = (E.not_leader_or_follower, E.leader_not_available, E.unknown_topic_or_partition)
 
 PartitionKey = tuple[uuid.UUID, int]
 Acks = dict[PartitionKey, list[tuple[int, int, list[int]]]]
@@ -66,10 +67,51 @@ def alter_group_configs(client: ClusterClient, group: str, configs: dict[str, st
 
 
 def set_group_configs(client: ClusterClient, group: str, configs: dict[str, str]) -> None:
-    """share.* group configs with IncrementalAlterConfigs on the GROUP resource (type 32)."""
+    """share.* group configs with IncrementalAlterConfigs on the GROUP resource (type 32),
+    then until every broker has applied them (await_group_configs)."""
     code, message = alter_group_configs(client, group, configs)
     if code != E.none:
         raise AssertionError(f"IncrementalAlterConfigs GROUP {group} {configs}: {E(code)!r} {message}")
+    await_group_configs(client, group, configs)
+
+
+def described_group_configs(node: RawClient, group: str, names: list[str] | None) -> dict[str, str | None] | None:
+    """DescribeConfigs of the GROUP resource on one node (its own metadata image; names None:
+    all): name -> value; None where the node cannot describe group configs."""
+    version = node.negotiate(ApiKey.DESCRIBE_CONFIGS, 4)
+    if version is None:
+        return None
+    keys = None if names is None else tuple(names)
+    resp = node.request(ApiKey.DESCRIBE_CONFIGS, version, resources=(nested(
+        ApiKey.DESCRIBE_CONFIGS, version, "DescribeConfigsResource", resource_type=GROUP_RESOURCE,
+        resource_name=group, configuration_keys=keys),), include_synonyms=False, include_documentation=False)
+    result = resp.results[0]
+    return None if result.error_code != E.none else {c.name: c.value for c in result.configs}
+
+
+def await_group_configs(client: ClusterClient, group: str, configs: dict[str, str], wait_s: float = 15.0) -> None:
+    """Until every broker describes the group configs just set. In KRaft the controller
+    answers IncrementalAlterConfigs once the ConfigRecord is committed; each broker applies
+    it when it replays the metadata log (DynamicConfigPublisher -> GroupConfigManager), so
+    the group's coordinator may still use the old value for a moment (seen on 3-broker
+    containers: a heartbeat interval of 5000 right after setting 8000). A fence, not a check:
+    a node that cannot describe group configs is not waited for, and the tests assert the
+    behaviour themselves."""
+    deadline = time.monotonic() + wait_s
+    pending = sorted(client.nodes)
+    while pending and time.monotonic() < deadline:
+        pending = [n for n in pending if not _describes_on(client, n, group, configs)]
+        if pending:
+            time.sleep(0.1)
+
+
+def _describes_on(client: ClusterClient, node_id: int, group: str, configs: dict[str, str]) -> bool:
+    try:
+        seen = described_group_configs(client.node(node_id), group, sorted(configs))
+    except OSError:  # a node that is down applies nothing; it is not waited for
+        return True
+    # A name the node does not list (a target that describes fewer group configs) is not waited for.
+    return seen is None or all(seen.get(k) in (None, v) for k, v in configs.items())
 
 
 def set_group_configs_if_known(client: ClusterClient, group: str, configs: dict[str, str]) -> None:
@@ -84,22 +126,14 @@ def set_group_configs_if_known(client: ClusterClient, group: str, configs: dict[
                                    "and absent from its DescribeConfigs of the group)")
     if code != E.none:
         raise AssertionError(f"IncrementalAlterConfigs GROUP {group} {configs}: {E(code)!r} {message}")
+    await_group_configs(client, group, configs)
 
 
 def unknown_group_configs(client: ClusterClient, group: str, configs: dict[str, str]) -> list[str]:
     """The names in `configs` that DescribeConfigs of the GROUP resource does not list (all
     configs described): the group configs this target does not have."""
-    version = client.bootstrap.negotiate(ApiKey.DESCRIBE_CONFIGS, 4)
-    if version is None:
-        return []
-    resp = client.bootstrap.request(ApiKey.DESCRIBE_CONFIGS, version, resources=(nested(
-        ApiKey.DESCRIBE_CONFIGS, version, "DescribeConfigsResource", resource_type=GROUP_RESOURCE,
-        resource_name=group, configuration_keys=None),), include_synonyms=False, include_documentation=False)
-    result = resp.results[0]
-    if result.error_code != E.none:
-        return []
-    known = {c.name for c in result.configs}
-    return sorted(name for name in configs if name not in known)
+    known = described_group_configs(client.bootstrap, group, None)
+    return [] if known is None else sorted(name for name in configs if name not in known)
 
 
 def heartbeat(node: RawClient, group: str, member: str, epoch: int, topics: list[str] | None = None) -> Any:
@@ -229,14 +263,21 @@ def fetch_until(node: RawClient, group: str, member: str, epoch: int, parts: lis
 def produce_values(client: ClusterClient, topic: str, values: list[bytes], partition: int = 0) -> int:
     """One non-transactional batch to the partition leader, stamped with the current time
     (a 0 timestamp falls to Kafka's time-based retention as soon as the segment rolls, e.g.
-    when a new leader takes over); returns its base offset."""
-    node = client.leader_for(topic, partition)
-    req = payloads.build(
-        framing.request_schema(0, 9), transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=5),
-        topic_data=(nested(0, 9, "TopicProduceData", name=topic, partition_data=(
-            nested(0, 9, "PartitionProduceData", index=partition, records=r.build_batch(values, timestamp_ms=int(time.time() * 1000))),)),),
-    )
-    resp = node.send(req).responses[0].partition_responses[0]
+    when a new leader takes over); returns its base offset. The leader a broker's metadata
+    names may not have applied its leadership yet (several brokers: each replays the metadata
+    log on its own), so NOT_LEADER_OR_FOLLOWER and the like are retried for a while, as a
+    producer would (seen on testcontainers:nodes=3 right after the topic was created)."""
+    deadline = time.monotonic() + 15
+    while True:
+        req = payloads.build(
+            framing.request_schema(0, 9), transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=5),
+            topic_data=(nested(0, 9, "TopicProduceData", name=topic, partition_data=(
+                nested(0, 9, "PartitionProduceData", index=partition, records=r.build_batch(values, timestamp_ms=int(time.time() * 1000))),)),),
+        )
+        resp = client.leader_for(topic, partition).send(req).responses[0].partition_responses[0]
+        if resp.error_code not in RETRIABLE_LEADER_ERRORS or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert resp.error_code == E.none, resp
     return int(resp.base_offset)
 

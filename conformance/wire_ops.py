@@ -29,6 +29,20 @@ def cluster_client(target: Target) -> ClusterClient:
     return target.cluster_client()
 
 
+def leader_eventually(cc: ClusterClient, topic: str, partition: int = 0, wait_s: float = 15.0) -> RawClient:
+    """The partition leader once the bootstrap broker's metadata names one: with several
+    brokers a topic created through another broker reaches this one's metadata a little later
+    (each broker replays the KRaft metadata log on its own)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return cc.leader_for(topic, partition)
+        except LookupError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 class Req:
     """Builds the request of one api key at one version, nested parts by class name."""
 

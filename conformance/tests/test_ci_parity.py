@@ -33,7 +33,7 @@ def test_suite_args_name_the_readme_targets():
     assert targets == ["reference", "reference:nodes=3", "kafka-native", "librdkafka-mock:nodes=3", "kfake"]
     scoped = [args[i + 1] for i, a in enumerate(args) if a == "--scoped-target"]
     assert scoped == ["kafka-native:security=sasl_ssl", "kafka-native:authorizer=standard", "kafka-native:4.1",
-                      "kafka-native:3.9", "testcontainers"]
+                      "kafka-native:3.9", "testcontainers", "testcontainers:nodes=3"]
     readme = (REPO / "README.md").read_text()
     for spec in targets + scoped:
         assert f"`{spec}`" in readme, f"README does not name the CI target {spec}"
@@ -47,3 +47,16 @@ def test_the_targets_scoped_in_ci_run_every_suite_nightly():
         assert f'"{spec}"' in nightly
         assert spec in args and args[args.index(spec) - 1] == "--scoped-target"
     assert "conformance/suites " in nightly and "cron:" in nightly
+
+
+def test_containerized_suites_run_on_one_and_three_brokers():
+    """.ci/run: the four suites on one and on 3 containerized brokers (issue 11's done-when);
+    the nightly runs them too, with the container fault tests."""
+    args = _suite_args()
+    scope = {args[i + 1]: args[i + 2].split(",") for i, a in enumerate(args) if a == "--scoped-target"}
+    four = [f"conformance/suites/{s}" for s in ("protocol", "kip98", "kip447", "kip932")]
+    assert scope["testcontainers:nodes=3"] == four
+    assert scope["testcontainers"] == four
+    nightly = (REPO / ".github" / "workflows" / "containers-nightly.yml").read_text()
+    assert '"testcontainers", "testcontainers:nodes=3"' in nightly and "cron:" in nightly
+    assert all(s in nightly for s in four)

@@ -41,7 +41,7 @@ def _ready(target, cc, topic: str, timeout_s: float = 20.0, **configs: str) -> N
     """Create a one-partition topic with configs; wait until its leader answers ListOffsets."""
     client_ops.create_topic(target, topic, **configs)
     deadline = time.monotonic() + timeout_s
-    while int(wire_ops.list_offset(cc.leader_for(topic, 0), topic, 0, LATEST).error_code) != 0:
+    while int(wire_ops.list_offset(wire_ops.leader_eventually(cc, topic, wait_s=timeout_s), topic, 0, LATEST).error_code) != 0:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{topic} not ready after {timeout_s}s")
         time.sleep(0.1)

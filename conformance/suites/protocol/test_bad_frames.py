@@ -60,7 +60,7 @@ def acked(target, unique) -> Acked:
         topic = unique.topic()
         client_ops.create_topic(target, topic)
         with wire_ops.cluster_client(target) as cc:
-            leader = cc.leader_for(topic, 0)
+            leader = wire_ops.leader_eventually(cc, topic)
             bases = []
             for i in range(3):
                 batch = records.build_batch(
