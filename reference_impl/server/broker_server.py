@@ -120,6 +120,10 @@ class ReferenceCluster:
         if server is None:
             return
         server.close()
+        if crash:
+            # First: a killed process sends nothing more, so the connections closing below
+            # must not release share records the way a live broker does on a disconnect.
+            self.state.on_node_crash(node_id)
         tasks = []
         for conn in [c for c in self._connections.values() if c.node_id == node_id]:
             conn.writer.close()
@@ -130,9 +134,7 @@ class ReferenceCluster:
         await asyncio.gather(*tasks, return_exceptions=True)
         await server.wait_closed()
         self._sockets.pop(node_id, None)
-        if crash:
-            self.state.on_node_crash(node_id)
-        else:
+        if not crash:
             self.state.on_node_down(node_id)
 
     async def start_node(self, node_id: int) -> None:
