@@ -285,12 +285,13 @@ def test_leader_crash_with_interleaved_states_above_the_spso(target, unique, req
         answers: list[set[int]] = []
         counts, node, epoch = redeliveries(after.cc, after, after.join(), want, answers_out=answers)
         record(request, "delivery_counts_after_crash", counts)
+        # KIP-932.ACK.004: accepted/rejected never again; KIP-932.STATE.012: Acquired not persisted.
         assert set(counts) == want, f"after the crash, delivered {sorted(counts)}; want {sorted(want)}"
         assert answers[0] == want, f"the first answer acquired {sorted(answers[0])}: locks outlived the leader's crash"
         # The persisted count (acquisition is not persisted) plus this delivery: released 3
         # (stored 2) -> 3; 2, 8, 9 (stored 1 at their release, acquired again) -> 2; never
         # stored -> 1. A leader that kept its memory would give one more to each acquired one.
-        kept = {2: 2, 3: 3, 7: 1, 8: 2, 9: 2, **{o: 1 for o in range(11, 20)}}
+        kept = {2: 2, 3: 3, 7: 1, 8: 2, 9: 2, **{o: 1 for o in range(11, 20)}}  # KIP-932.DELIVERY.002
         assert counts == kept, f"delivery counts after the crash {counts}; want the persisted ones + 1: {kept}"
         assert spso(after.cc, after) == before
     finally:
@@ -404,11 +405,12 @@ def test_group_coordinator_crash_keeps_members_and_epochs(target, unique, reques
         assert not beats.errors, f"heartbeats through the crash were refused (member, error): {beats.errors}"
         d = describe_group(after.cc, s.group)
         record(request, "group_epoch_before_after", (group_epoch, int(d.group_epoch)))
-        now = members_of(d)
+        now = members_of(d)  # KIP-932.GROUP.008: same members and assignments, no rejoin
         assert {m: ps for m, (_, ps) in now.items()} == {m: ps for m, (_, ps) in before.items()}, \
             f"members/assignments changed across the crash: {before} -> {now}"
         assert all(now[m][0] >= e for m, (e, _) in before.items()), f"member epochs went back: {before} -> {now}"
-        assert int(d.group_epoch) >= group_epoch and int(d.assignment_epoch) >= assignment_epoch, d
+        assert int(d.group_epoch) >= group_epoch and int(d.assignment_epoch) >= assignment_epoch, \
+            f"KIP-932.EPOCH.007: an epoch went back across the crash ({group_epoch}, {assignment_epoch}): {d}"
         coord = after.cc.coordinator_for(s.group, 0, wait_s=FAILOVER_WAIT_S)
         for m, e in epochs.items():
             resp = share_ops.heartbeat(coord, s.group, m, e)
@@ -416,7 +418,7 @@ def test_group_coordinator_crash_keeps_members_and_epochs(target, unique, reques
             assert int(resp.member_epoch) >= e, resp
         for m in epochs:
             assert share_ops.heartbeat(coord, s.group, m, -1).error_code == E.none
-        assert delete_groups(coord, s.group) == E.none
+        assert delete_groups(coord, s.group) == E.none  # KIP-932.GREC.001: the tombstones leave no trace
         _, fresh_epoch = share_ops.join_share_group(after.cc, s.group, [s.topic])
         fresh_group_epoch = int(describe_group(after.cc, s.group).group_epoch)
         record(request, "epochs_after_delete_and_join", (fresh_epoch, fresh_group_epoch))

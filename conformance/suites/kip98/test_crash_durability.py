@@ -32,7 +32,7 @@ from conformance.suites.kip98.test_fencing import (
     NONE, add_partitions_ok, batch_summary, committed_values, end_txn, end_txn_ok, init_ok, produce_txn_ok,
 )
 
-SHORT_TIMEOUT_MS = 10_000  # aborted by the coordinator (the rebuilt one, if the crash came first)
+SHORT_TIMEOUT_MS = 20_000  # aborted by the coordinator (the rebuilt one, if the crash came first)
 LONG_TIMEOUT_MS = 300_000  # outlives a loaded broker restart (see test_coordinator_failover)
 RESOLVE_WAIT_S = 180.0  # restart + __transaction_state load + abort scan on a loaded 2-core machine
 PARTS = (0, 1)
@@ -91,9 +91,9 @@ def open_transactions_crash_scenario(target, unique) -> dict[str, Any]:
         for p in PARTS:
             produce_v11(cc.leader_for(topic, p), topic, p, plain_batch([f"before-p{p}"]))
         short_tid, long_tid, node = _same_coordinator_tids(cc, unique)
-        t0 = time.monotonic()
-        _, _, obs["short"] = _open_txn(cc, short_tid, topic, "short", SHORT_TIMEOUT_MS)
         long_pid, long_epoch, obs["long"] = _open_txn(cc, long_tid, topic, "long", LONG_TIMEOUT_MS)
+        t0 = time.monotonic()  # the short one last: its timeout should run out after the crash
+        _, _, obs["short"] = _open_txn(cc, short_tid, topic, "short", SHORT_TIMEOUT_MS)
         obs["committed_while_open"] = {p: committed_values(cc, topic, p) for p in PARTS}
     obs["crashed_before_timeout"] = time.monotonic() - t0 < SHORT_TIMEOUT_MS / 1000
     target.kill_node(node)  # NotSupportedByTarget where the target cannot
@@ -112,13 +112,14 @@ def test_open_multi_partition_transactions_resolve_atomically_after_coordinator_
     obs = open_transactions_crash_scenario(target, unique)
     request.node.user_properties.append(("crashed_before_timeout", obs["crashed_before_timeout"]))
     before = {p: [f"before-p{p}"] for p in PARTS}
-    assert obs["committed_while_open"] == before, f"open transactions visible before the crash: {obs}"
+    assert obs["committed_while_open"] == before, f"KIP-98.LSO.003: open transactions visible before the crash: {obs}"
     assert obs["commit"] == NONE, f"EndTxn(commit) after the restart: {obs['commit']} (retriable seen {obs['retriable_seen']})"
+    # KIP-98.COORD.004 / KIP-98.TIMEOUT.001: the rebuilt coordinator finished both.
     unstable = {p: hw_lso for p, hw_lso in obs["stable"].items() if hw_lso[0] != hw_lso[1]}
     assert not unstable, f"LSO stuck below the high watermark after the restart (hw, lso): {unstable}"
     for p in PARTS:
-        # The short transaction aborted (timed out), the long one committed: nothing of the
-        # short one, all of the long one, on both partitions.
+        # KIP-98.TXN.001: the short transaction aborted (timed out), the long one committed:
+        # nothing of the short one, all of the long one, on both partitions.
         assert obs["committed_after"][p] == before[p] + obs["long"][p], (p, obs["committed_after"][p])
 
 
@@ -192,6 +193,7 @@ def test_read_committed_from_inside_an_aborted_transaction_after_leader_crash(ta
     obs = aborted_inside_scenario(target, unique)
     want = {0: ["c0", "c1", "c2", "c3"], 5: ["c2", "c3"]}
     for (start, max_bytes), got in ((k, v) for k, v in obs.items() if isinstance(k, tuple)):
-        assert got["values"] == want[start], f"seek to {start}, max_bytes {max_bytes}: {got}"
+        assert got["values"] == want[start], f"KIP-98.TXN.003: seek to {start}, max_bytes {max_bytes}: {got}"
+        # KIP-98.FETCH.002: the aborted transaction overlapping the answer is listed.
         assert any(pid == obs["pid"] and first <= max(start, 2) for first, pid in got["listed"]), \
             f"seek to {start}, max_bytes {max_bytes}: the aborted transaction (pid {obs['pid']}) is not listed: {got}"
