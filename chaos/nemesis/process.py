@@ -1,11 +1,12 @@
-"""Process faults through the Target lifecycle: kill, stop, pause, bounce, restart.
+"""Process faults through the Target lifecycle: kill, stop, pause, bounce, restart, isolate.
 
 kill is SIGKILL (restart at heal), stop a clean shutdown (restart at heal), pause
 SIGSTOP/SIGCONT, bounce kill + immediate restart, restart a clean stop + start. The
 effectiveness check is a raw ApiVersions to the node's own address: it must fail while
 the node is down or paused; for bounce/restart a connection opened before the fault must
-be cut by it. The reference broker keeps its in-memory state across a node kill (a
-process-level restart is another issue), which the evidence says.
+be cut by it. On the reference broker a kill is a crash: the node's in-memory state is
+lost and rebuilt from the persisted records. isolate (reference only) makes a node
+unreachable while it keeps its memory, and heals by letting it rejoin.
 """
 
 from __future__ import annotations
@@ -19,11 +20,14 @@ from fixtures.target import NotSupportedByTarget
 from reference_impl.client.raw_client import RawClient
 
 HEAL_TIMEOUT_S = 180.0
-_REFERENCE_NOTE = "; reference broker: node state is in memory and survives the kill"
+_REFERENCE_NOTE = {
+    "isolate": "; reference broker: the isolated node keeps its in-memory state",
+}
+_CRASH_NOTE = "; reference broker: the node's in-memory state is lost and rebuilt from its records"
 
 
 class ProcessNemesis(TargetInjector):
-    kinds = ("kill", "stop", "pause", "bounce", "restart")
+    kinds = ("kill", "stop", "pause", "bounce", "restart", "isolate")
 
     def invoke(self, spec: FaultSpec) -> FaultRecord:
         if spec.kind not in self.kinds:
@@ -36,7 +40,8 @@ class ProcessNemesis(TargetInjector):
             self.open.remove(record)
             raise
         record.effective = all(ok for ok, _ in evidence)
-        record.evidence = "; ".join(e for _, e in evidence) + (_REFERENCE_NOTE if self.target.kind == "reference" else "")
+        note = _REFERENCE_NOTE.get(spec.kind, _CRASH_NOTE) if self.target.kind == "reference" and spec.kind != "pause" else ""
+        record.evidence = "; ".join(e for _, e in evidence) + note
         return record
 
     def heal(self, record: FaultRecord) -> FaultRecord:
@@ -45,6 +50,8 @@ class ProcessNemesis(TargetInjector):
                 self.target.restart_node(n)
             elif record.spec.kind == "pause":
                 self.target.resume_node(n)
+            elif record.spec.kind == "isolate":
+                self.target.rejoin_node(n)
         back = [wait_answering(*self.address(n), HEAL_TIMEOUT_S) for n in record.nodes]
         if not all(back):
             record.error = f"nodes {[n for n, ok in zip(record.nodes, back) if not ok]} did not answer after heal"
@@ -66,6 +73,14 @@ class ProcessNemesis(TargetInjector):
             raise NotSupportedByTarget(f"{self.target.kind} cannot stop a node cleanly")
         stop(node_id)
         return self._down_check(node_id, "stopped")
+
+    def _isolate(self, node_id: int) -> tuple[bool, str]:
+        isolate = getattr(self.target, "isolate_node", None)
+        if isolate is None:
+            raise NotSupportedByTarget(
+                f"{self.target.kind} cannot isolate a node in place (use partition or blackhole for a network cut)")
+        isolate(node_id)
+        return self._down_check(node_id, "isolated")
 
     def _pause(self, node_id: int) -> tuple[bool, str]:
         self.target.pause_node(node_id)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
+from typing import Callable
 
 from reference_impl.model import txn_roundtrip
 from reference_impl.model.clock import Clock
@@ -188,13 +189,43 @@ class ReferenceState:
         self.transactions.begin_load(lambda tid: self.preferred_coordinator(tid) == node_id, self.clock.now_ms())
 
     def on_node_down(self, node_id: int) -> None:
-        """A node stopped: another node takes over the transactional ids it coordinated and
-        loads them from the transaction log first, as a new partition leader of
-        __transaction_state does."""
+        """A node became unreachable but keeps its memory (the `isolate` fault): another node
+        takes over the transactional ids it coordinated and loads them from the transaction
+        log first, as a new partition leader of __transaction_state does."""
+        owner = self._owner_snapshot()
         self.alive.discard(node_id)
         self._forget_txn_pending(node_id)
         if self.alive:
-            self.transactions.begin_load(lambda tid: self.preferred_coordinator(tid) == node_id, self.clock.now_ms())
+            self.transactions.begin_load(lambda tid: owner(tid) == node_id, self.clock.now_ms())
+
+    def on_node_crash(self, node_id: int) -> None:
+        """A node's process died (kill -9): every cache it owned is lost and rebuilt from
+        the persisted records by whoever owns them next, as Kafka's coordinators load on
+        election (TransactionStateManager.loadTransactionsForTxnTopicPartition,
+        GroupCoordinatorShard / ShareCoordinatorShard replay) and a new share-partition
+        leader initialises from ReadShareGroupState. Partition logs are replicated, so
+        they survive. Ownership is taken before the node leaves the live set."""
+        owner = self._owner_snapshot()
+        self.share_partitions.crash(node_id, lambda t, p: self._led_by(node_id, t, p))
+        if self.share_coordinator is not None:  # None: a test runs the leaders without persister
+            self.share_coordinator.reload(lambda key: owner(key.coordinator_key) == node_id)
+        self.share_groups.reload(lambda gid: owner(gid) == node_id)
+        self.on_node_down(node_id)  # transaction state: dropped and replayed there
+
+    def _owner_snapshot(self) -> Callable[[str], int]:
+        """coordinator_for as it is now (before a node leaves the live set)."""
+        alive = frozenset(self.alive)
+        ids = sorted(self.nodes)
+
+        def owner(key: str) -> int:
+            start = ids.index(self.preferred_coordinator(key))
+            return next((n for n in ids[start:] + ids[:start] if n in alive), ids[start])
+
+        return owner
+
+    def _led_by(self, node_id: int, topic: str, partition: int) -> bool:
+        part = self.topics.partition(topic, partition)
+        return part is not None and part.leader == node_id
 
     def _forget_txn_pending(self, node_id: int) -> None:
         """KIP-1289 corner cases 1 and 12: TX_PENDING is in the share-partition leader's memory

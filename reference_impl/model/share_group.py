@@ -226,6 +226,26 @@ class ShareGroupCoordinator:
                 coordinator._schedule_session(group.group_id, member_id, now)
         return coordinator
 
+    def reload(self, owns: Callable[[str], bool]) -> list[str]:
+        """A coordinator that crashed comes back (or its __consumer_offsets partitions fail
+        over): the groups for which `owns(group_id)` is true are dropped from memory and
+        rebuilt by replaying their records, as Kafka's GroupCoordinatorShard replays the
+        partition on election; member session timers are re-armed (they are not durable).
+        Returns the group ids rebuilt."""
+        now = self.clock.now_ms()
+        for gid in [g for g in self.store.groups if owns(g)]:
+            del self.store.groups[gid]
+        for key in [k for k in self._sessions if owns(k[0])]:
+            del self._sessions[key]
+        for record in self.log:
+            if owns(record.key.group_id):
+                replay(self.store, record, now)
+        rebuilt = sorted(g for g in self.store.groups if owns(g))
+        for gid in rebuilt:
+            for member_id in self.store.groups[gid].members:
+                self._schedule_session(gid, member_id, now)
+        return rebuilt
+
     # -- configuration -------------------------------------------------------------
 
     def _group_override(self, group_id: str, name: str) -> int | None:

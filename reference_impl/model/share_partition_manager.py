@@ -324,6 +324,18 @@ class SharePartitionManager:
             del self.partitions[key]
         return len(gone)
 
+    def crash(self, node_id: int, led_here: Callable[[str, int], bool]) -> int:
+        """Share-partition leader `node_id` crashed: its share sessions and the in-memory
+        state of every share-partition it led (acquisitions, locks, delivery counts not yet
+        written) are gone. The next leader initialises them from the share coordinator
+        (ReadShareGroupState), as Kafka's SharePartition does after a leader change.
+        Returns how many share-partitions were dropped."""
+        self._caches.pop(node_id, None)
+        gone = [k for k, sp in self.partitions.items() if led_here(sp.topic, sp.partition)]
+        for key in gone:
+            del self.partitions[key]
+        return len(gone)
+
     def broken_leader_moved(self, led_here: Callable[[str, int], bool]) -> int:
         """The seeded bug ``share-leader-move-forgets-state``: partitions led by a node that
         went down are dropped and their next leader ignores the persisted state."""

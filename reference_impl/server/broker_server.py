@@ -107,16 +107,23 @@ class ReferenceCluster:
 
     async def stop(self) -> None:
         for node_id in list(self._servers):
-            await self.stop_node(node_id)
+            await self.stop_node(node_id, crash=False)  # the whole cluster goes: nothing to rebuild
         if self.runtime is not None:
             await self.runtime.stop_ticker()
 
-    async def stop_node(self, node_id: int) -> None:
-        """Stop one node: close its listener and every connection to it (kill)."""
+    async def stop_node(self, node_id: int, crash: bool = True) -> None:
+        """Stop one node: close its listener and every connection to it. `crash` (a kill):
+        the node's in-memory state is lost and rebuilt from the persisted records
+        (ReferenceState.on_node_crash); otherwise (an isolation) the node is unreachable
+        but keeps its memory."""
         server = self._servers.pop(node_id, None)
         if server is None:
             return
         server.close()
+        if crash:
+            # First: a killed process sends nothing more, so the connections closing below
+            # must not release share records the way a live broker does on a disconnect.
+            self.state.on_node_crash(node_id)
         tasks = []
         for conn in [c for c in self._connections.values() if c.node_id == node_id]:
             conn.writer.close()
@@ -127,7 +134,8 @@ class ReferenceCluster:
         await asyncio.gather(*tasks, return_exceptions=True)
         await server.wait_closed()
         self._sockets.pop(node_id, None)
-        self.state.on_node_down(node_id)
+        if not crash:
+            self.state.on_node_down(node_id)
 
     async def start_node(self, node_id: int) -> None:
         """Restart a stopped node on the port it had."""
@@ -318,8 +326,8 @@ class ThreadedReferenceCluster:
     def bootstrap_servers(self) -> str:
         return self.cluster.bootstrap_servers
 
-    def stop_node(self, node_id: int) -> None:
-        self.call(self.cluster.stop_node(node_id))
+    def stop_node(self, node_id: int, crash: bool = True) -> None:
+        self.call(self.cluster.stop_node(node_id, crash))
 
     def start_node(self, node_id: int) -> None:
         self.call(self.cluster.start_node(node_id))

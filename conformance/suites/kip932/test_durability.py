@@ -18,6 +18,7 @@ observed for the offset before the crash, and the SPSO never moves backwards.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from typing import Any
 
@@ -27,6 +28,7 @@ from conformance import share_ops, wire_ops
 from conformance.share_ops import ACCEPT, E, REJECT, RELEASE, eventually, share_ack, share_fetch
 from conformance.suites import require_api, require_nodes
 from conformance.suites.kip932.test_membership import Member, describe, require_describe
+from conformance.suites.kip932.test_admin import delete_groups
 from conformance.suites.kip932.test_sessions import (
     ShareSetup, counts_of, drain, open_and_acquire, record, record_side, require_share_groups, share_setup,
 )
@@ -106,11 +108,12 @@ def spso(cc: ClusterClient, s: ShareSetup, p: int = 0) -> int:
 
 
 def redeliveries(cc: ClusterClient, s: ShareSetup, member: str, want: set[int],
-                 wait_s: float = FAILOVER_WAIT_S) -> tuple[dict[int, int], Any, int]:
+                 wait_s: float = FAILOVER_WAIT_S, answers_out: list[set[int]] | None = None,
+                 ) -> tuple[dict[int, int], Any, int]:
     """offset -> delivery count of what `member` acquires from whichever broker leads the
     partition, until every offset of `want` came (or the deadline); also the leader and
     the session's next epoch there. Acquires everything it sees, so offsets outside `want`
-    show up too."""
+    show up too. `answers_out` receives the offsets of each answer that acquired any."""
     got: dict[int, int] = {}
     answers: list[tuple[int, int]] = []  # (top-level, partition) error codes, for the message
     deadline = time.monotonic() + wait_s
@@ -131,7 +134,10 @@ def redeliveries(cc: ClusterClient, s: ShareSetup, member: str, want: set[int],
             time.sleep(0.2)
             continue
         epoch += 1
-        for o, c in share_ops.delivery_counts(resp).items():
+        counts = share_ops.delivery_counts(resp)
+        if counts and answers_out is not None:
+            answers_out.append(set(counts))
+        for o, c in counts.items():
             assert o not in got, f"offset {o} delivered twice to one session without release: {got}"
             got[o] = c
         if pd is not None and pd.error_code != E.none:
@@ -257,7 +263,7 @@ def test_group_coordinator_failover_keeps_the_group_epoch(target, unique, reques
     """KIP "Persistence and fail-over": the newly elected group coordinator replays the group
     and "will bump the group epoch as a result". Kafka's GroupMetadataManager replays the
     ShareGroupMetadata record's epoch as it is and bumps nothing (docs/share-groups-kip-vs-
-    kafka.md item 5, DIV-93205). A member on a 2-partition topic, group settled at epoch E;
+    kafka.md item 5, DIV-93206). A member on a 2-partition topic, group settled at epoch E;
     the coordinator's node is killed: the new coordinator describes epoch E, assignment
     epoch E and the member at E, and the member's heartbeat with E is answered E
     (EPOCH.007: the assignment epoch never goes backwards across the fail-over either)."""
@@ -298,3 +304,191 @@ def test_group_coordinator_failover_keeps_the_group_epoch(target, unique, reques
             assert resp.member_epoch == before.group_epoch, resp
     finally:
         t.restart_node(old)
+
+
+LONG_LOCK_MS = 60_000  # group.share.max.record.lock.duration.ms: a kept lock would hold past the test's first fetch
+
+
+@pytest.mark.deadline(900)
+@pytest.mark.requirement("KIP-932.ACK.004", "KIP-932.STATE.012", "KIP-932.DELIVERY.002")
+def test_leader_crash_with_interleaved_states_above_the_spso(target, unique, request):
+    """Accepted, rejected, released and acquired records interleaved above the SPSO at the
+    crash of the share-partition leader. After it: accepted/rejected never come back, every
+    acquired one comes back at once (its lock died with the leader: the first answer that
+    acquires anything holds all of them, though the locks were 60 s), each delivery count is
+    the persisted one plus one (the acquisitions in flight died with the leader; observed
+    on Kafka 4.4), and the stored SPSO is unchanged."""
+    t = three_node_target(target)
+    require_summary(t)
+    with share_setup(t, unique, configs={"share.record.lock.duration.ms": str(LONG_LOCK_MS)}) as s:
+        node = s.leader()
+        got, epoch = open_and_acquire(s, node, s.member, 20)
+        seen = counts_of(got)
+        ack = share_ack(node, s.group, s.member, epoch, {s.part(): [
+            (0, 1, [ACCEPT]), (2, 3, [RELEASE]), (4, 5, [ACCEPT]), (6, 6, [REJECT]), (8, 9, [RELEASE]), (10, 10, [ACCEPT])]})
+        assert share_ops.ack_codes(ack) == {0: E.none}, ack
+        again, epoch = drain(node, s, s.member, epoch + 1, 4)
+        assert again == {2: 2, 3: 2, 8: 2, 9: 2}, again
+        seen.update(again)
+        ack = share_ack(node, s.group, s.member, epoch, {s.part(): [(3, 3, [RELEASE])]})
+        assert share_ops.ack_codes(ack) == {0: E.none}, ack
+        # At the crash: 0-1 accepted (SPSO 2), 2 acquired (count 2), 3 released (count 2),
+        # 4-5 accepted, 6 archived, 7 acquired, 8-9 acquired (count 2), 10 accepted, 11-19 acquired.
+        before = spso(s.cc, s)
+        record(request, "stored_spso_before_crash", before)
+        assert before == 2, f"stored SPSO {before}; 0-1 were accepted three writes ago"
+        # The session's connection stays open through the kill: a live broker releases a
+        # closed connection's records (a durable write) and would race the crash.
+        leader = s.leader_id()
+        t.kill_node(leader)  # SIGKILL on kafka-native
+        t.restart_node(leader)
+        s.cc.close()
+    after = fresh(t, s)
+    want = {2, 3, 7, 8, 9} | set(range(11, 20))
+    try:
+        assert spso(after.cc, after) == before, "the stored SPSO changed across the crash"
+        answers: list[set[int]] = []
+        counts, node, epoch = redeliveries(after.cc, after, after.join(), want, answers_out=answers)
+        record(request, "delivery_counts_after_crash", counts)
+        # KIP-932.ACK.004: accepted/rejected never again; KIP-932.STATE.012: Acquired not persisted.
+        assert set(counts) == want, f"after the crash, delivered {sorted(counts)}; want {sorted(want)}"
+        assert answers[0] == want, f"the first answer acquired {sorted(answers[0])}: locks outlived the leader's crash"
+        # The persisted count (acquisition is not persisted) plus this delivery: released 3
+        # (stored 2) -> 3; 2, 8, 9 (stored 1 at their release, acquired again) -> 2; never
+        # stored -> 1. A leader that kept its memory would give one more to each acquired one.
+        kept = {2: 2, 3: 3, 7: 1, 8: 2, 9: 2, **{o: 1 for o in range(11, 20)}}  # KIP-932.DELIVERY.002
+        assert counts == kept, f"delivery counts after the crash {counts}; want the persisted ones + 1: {kept}"
+        assert spso(after.cc, after) == before
+    finally:
+        after.cc.close()
+
+
+def describe_group(cc: ClusterClient, group: str) -> Any:
+    """ShareGroupDescribe at the group's coordinator, asked again while it loads or moves."""
+    deadline = time.monotonic() + FAILOVER_WAIT_S
+    while True:
+        try:
+            node = cc.coordinator_for(group, 0, wait_s=FAILOVER_WAIT_S)
+            (d,) = node.request(share_ops.SHARE_GROUP_DESCRIBE, 1, group_ids=(group,),
+                                include_authorized_operations=False).groups
+        except (OSError, ConnectionError, EOFError, RuntimeError) as exc:
+            d = exc
+        if not isinstance(d, Exception) and d.error_code == E.none:
+            return d
+        assert time.monotonic() < deadline, f"ShareGroupDescribe({group}): {d!r}"
+        time.sleep(0.3)
+
+
+class Heartbeats(threading.Thread):
+    """Members that keep heartbeating (every second, to whichever node coordinates the group)
+    through a crash, as real members do; errors other than the coordinator's retriable ones
+    are collected."""
+
+    def __init__(self, target: Target, group: str, epochs: dict[str, int]) -> None:
+        super().__init__(daemon=True)
+        self.target, self.group, self.epochs = target, group, dict(epochs)
+        self.errors: list[tuple[str, int]] = []
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        cc = None
+        while not self.done.wait(1.0):
+            try:
+                cc = cc or self.target.cluster_client()
+                coord = cc.coordinator_for(self.group, 0)
+                for m, e in self.epochs.items():
+                    resp = share_ops.heartbeat(coord, self.group, m, e)
+                    if resp.error_code == E.none:
+                        self.epochs[m] = int(resp.member_epoch)
+                    elif resp.error_code not in share_ops.RETRIABLE_COORDINATOR_ERRORS:
+                        self.errors.append((m, int(resp.error_code)))
+            except (OSError, ConnectionError, EOFError, RuntimeError, LookupError):
+                if cc is not None:
+                    cc.close()
+                cc = None  # the crashed node: reconnect through the others
+        if cc is not None:
+            cc.close()
+
+    def stop(self) -> dict[str, int]:
+        self.done.set()
+        self.join(30)
+        return self.epochs
+
+
+def members_of(d: Any) -> dict[str, tuple[int, list[int]]]:
+    return {m.member_id: (int(m.member_epoch), sorted(p for tp in m.assignment.topic_partitions for p in tp.partitions))
+            for m in d.members}
+
+
+def beat_until_stable(cc: ClusterClient, s: ShareSetup, epochs: dict[str, int]) -> dict[str, int]:
+    """Heartbeat every member until both partitions are assigned and nothing changes."""
+    deadline = time.monotonic() + FAILOVER_WAIT_S
+    while True:
+        coord = cc.coordinator_for(s.group, 0, wait_s=FAILOVER_WAIT_S)
+        for m in epochs:
+            resp = share_ops.heartbeat(coord, s.group, m, epochs[m])
+            assert resp.error_code in (E.none, *share_ops.RETRIABLE_COORDINATOR_ERRORS), resp
+            if resp.error_code == E.none:
+                epochs[m] = int(resp.member_epoch)
+        d = describe_group(cc, s.group)
+        assigned = sorted(p for _, ps in members_of(d).values() for p in ps)
+        if assigned == [0, 1] and all(e == d.group_epoch for e, _ in members_of(d).values()):
+            return epochs
+        assert time.monotonic() < deadline, (assigned, members_of(d), d.group_epoch)
+        time.sleep(0.3)
+
+
+@pytest.mark.deadline(900)
+@pytest.mark.requirement("KIP-932.GROUP.008", "KIP-932.EPOCH.007", "KIP-932.GREC.001")
+def test_group_coordinator_crash_keeps_members_and_epochs(target, unique, request):
+    """The group coordinator crashes (SIGKILL on kafka-native; on the reference its memory is
+    lost and the share group is replayed from its records): the new coordinator lists the
+    same members with the same assignments, the group and assignment epochs do not go back,
+    and the members keep heartbeating with their epochs, without rejoining. Then the members
+    leave and the group is deleted: a new member starts a fresh group at epoch 1 (GREC.001:
+    the tombstones leave no trace)."""
+    t = three_node_target(target)
+    require_api(t.capabilities(), share_ops.SHARE_GROUP_DESCRIBE, 1, "ShareGroupDescribe")
+    with share_setup(t, unique, partitions=2, join=False) as s:
+        epochs = beat_until_stable(s.cc, s, dict(share_ops.join_share_group(s.cc, s.group, [s.topic]) for _ in range(2)))
+        d = describe_group(s.cc, s.group)
+        before = members_of(d)
+        group_epoch, assignment_epoch = int(d.group_epoch), int(d.assignment_epoch)
+        coordinator = s.cc.find_coordinator(s.group, 0)[1]
+        s.cc.close()
+    beats = Heartbeats(t, s.group, epochs)
+    beats.start()
+    try:
+        t.kill_node(coordinator)
+        t.restart_node(coordinator)
+        after = fresh(t, s)
+        describe_group(after.cc, s.group)  # the coordinator answers again
+        time.sleep(3)  # a few heartbeats to it
+    finally:
+        epochs = beats.stop()
+    try:
+        assert not beats.errors, f"heartbeats through the crash were refused (member, error): {beats.errors}"
+        d = describe_group(after.cc, s.group)
+        record(request, "group_epoch_before_after", (group_epoch, int(d.group_epoch)))
+        now = members_of(d)  # KIP-932.GROUP.008: same members and assignments, no rejoin
+        assert {m: ps for m, (_, ps) in now.items()} == {m: ps for m, (_, ps) in before.items()}, \
+            f"members/assignments changed across the crash: {before} -> {now}"
+        assert all(now[m][0] >= e for m, (e, _) in before.items()), f"member epochs went back: {before} -> {now}"
+        assert int(d.group_epoch) >= group_epoch and int(d.assignment_epoch) >= assignment_epoch, \
+            f"KIP-932.EPOCH.007: an epoch went back across the crash ({group_epoch}, {assignment_epoch}): {d}"
+        coord = after.cc.coordinator_for(s.group, 0, wait_s=FAILOVER_WAIT_S)
+        for m, e in epochs.items():
+            resp = share_ops.heartbeat(coord, s.group, m, e)
+            assert resp.error_code == E.none, f"member {m} (epoch {e}) after the crash: {resp}"
+            assert int(resp.member_epoch) >= e, resp
+        for m in epochs:
+            assert share_ops.heartbeat(coord, s.group, m, -1).error_code == E.none
+        assert delete_groups(coord, s.group) == E.none  # KIP-932.GREC.001: the tombstones leave no trace
+        _, fresh_epoch = share_ops.join_share_group(after.cc, s.group, [s.topic])
+        fresh_group_epoch = int(describe_group(after.cc, s.group).group_epoch)
+        record(request, "epochs_after_delete_and_join", (fresh_epoch, fresh_group_epoch))
+        assert fresh_group_epoch < group_epoch, \
+            f"after DeleteGroups a new member's group is at epoch {fresh_group_epoch}, the deleted one was at " \
+            f"{group_epoch}: the deleted group left a trace"
+    finally:
+        after.cc.close()
