@@ -45,19 +45,22 @@ def pure_check(path: str) -> dict:
     return {"rows": table.num_rows, "seconds": time.perf_counter() - t0, "found": found}
 
 
-def fixed_cost(base: str) -> dict:
-    """Wall seconds of the whole command on a 200-exchange trace (start-up included)."""
+def fixed_cost(base: str, code: str = "", root: str = ROOT) -> dict:
+    """Wall seconds of the whole command on a 200-exchange trace (start-up included), on
+    the code of checkout `root`."""
     from benchmarks.synthetic_traces import generate
 
     path = os.path.join(base, "trace-200")
     expected = sorted(generate(path, 200, seed=5))
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "replay.check_cmd", path, "--out", os.path.join(base, "rep-200"),
-                           "--master", "local[2]"], capture_output=True, text=True, cwd=ROOT, timeout=1800)
+                           "--master", "local[2]"], capture_output=True, text=True, cwd=root, timeout=1800,
+                          env={**os.environ, "PYTHONPATH": root})
     secs = time.perf_counter() - t0
     ok = proc.returncode == (1 if expected else 0)
-    return {"what": "check fixed cost", "engine": "local[2] (command)", "exchanges": 200, "seconds": round(secs, 1),
-            "rate": None, "check": "ok" if ok else f"exit {proc.returncode}: {proc.stderr[-300:]}", "load": load()}
+    return {"what": "check fixed cost", "engine": "local[2] (command)" + code, "exchanges": 200,
+            "seconds": round(secs, 1), "rate": None,
+            "check": "ok" if ok else f"exit {proc.returncode}: {proc.stderr[-300:]}", "load": load()}
 
 
 def _row(what: str, engine: str, n: int, secs: float | None, check: str) -> dict:
@@ -68,19 +71,25 @@ def _row(what: str, engine: str, n: int, secs: float | None, check: str) -> dict
 def print_row(r: dict) -> None:
     rate = f"{r['rate']:,}" if r["rate"] else "-"
     secs = r["seconds"] if r["seconds"] is not None else "-"
-    print(f"{r['what']:<17} {r['engine']:<19} {r['exchanges']:>11,} {secs:>9} {rate:>12} {r['load']:>6}  {r['check']}",
+    print(f"{r['what']:<17} {r['engine']:<26} {r['exchanges']:>11,} {secs:>9} {rate:>12} {r['load']:>6}  {r['check']}",
           flush=True)
 
 
-def run_size(n: int, base: str, cluster, budget_end: float, engines: tuple, diff_engines: tuple) -> list[dict]:
+def run_size(n: int, base: str, cluster, budget_end: float, engines: tuple, diff_engines: tuple,
+             baseline: str | None = None) -> list[dict]:
     from benchmarks.synthetic_traces import generate
 
     rows = []
     path = os.path.join(base, f"trace-{n}")
     expected = sorted(tuple(x) for x in generate(path, n, seed=n % 9973))
-    for engine in engines:
+    # each Spark engine on this checkout's code and, with --baseline, on the other one's, back to back
+    runs = [(e, "", ROOT) for e in engines if e == "pure"]
+    for e in (e for e in engines if e != "pure"):
+        runs += [(e, " [base]", baseline)] * (baseline is not None) + [(e, " [new]" if baseline else "", ROOT)]
+    for engine, code, root in runs:
+        label = engine + code
         if time.monotonic() > budget_end:
-            rows.append(_row("check", engine, n, None, "skipped: over budget"))
+            rows.append(_row("check", label, n, None, "skipped: over budget"))
             print_row(rows[-1])
             continue
         try:
@@ -88,12 +97,12 @@ def run_size(n: int, base: str, cluster, budget_end: float, engines: tuple, diff
                 r = pure_check(path)
             else:
                 master = cluster.master_url if engine == "standalone" else engine
-                r = _check_child(path, master, cluster if engine == "standalone" else None)
+                r = _check_child(path, master, cluster if engine == "standalone" else None, root)
             exact = sorted(tuple(x) for x in r["found"]) == expected
-            rows.append(_row("check", engine, n, r["seconds"], f"found == injected ({len(expected)})" if exact
+            rows.append(_row("check", label, n, r["seconds"], f"found == injected ({len(expected)})" if exact
                              else f"WRONG ({len(r['found'])} found, {len(expected)} injected)"))
         except Exception as exc:  # noqa: BLE001 - a failed row is reported, the others run
-            rows.append(_row("check", engine, n, None, f"failed: {type(exc).__name__}: {str(exc)[:200]}"))
+            rows.append(_row("check", label, n, None, f"failed: {type(exc).__name__}: {str(exc)[:200]}"))
         print_row(rows[-1])
     d = os.path.join(base, f"diff-{n}")
     a_dir, b_dir, expected_diff = db.make_traces(d, n, seed=7)
@@ -137,9 +146,9 @@ class _executor_env:
                 os.environ["PYSPARK_PYTHON"] = self.old
 
 
-def _check_child(path: str, master: str, cluster) -> dict:
+def _check_child(path: str, master: str, cluster, root: str) -> dict:
     with _executor_env(cluster):
-        return cb.run_child(path, master)
+        return cb.run_child(path, master, root)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,16 +161,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-fixed-cost", action="store_true")
     p.add_argument("--dir", help="where to write the traces (default: a temporary directory)")
     p.add_argument("--json", metavar="OUT", help="also write the rows as JSON")
+    p.add_argument("--baseline", metavar="DIR", help="another checkout (e.g. `git archive` of the base commit): its "
+                   "Spark check and fixed cost run next to this one's, rows marked [base] / [new]")
     a = p.parse_args(argv)
+    baseline = os.path.abspath(a.baseline) if a.baseline else None
     sizes = [int(x) for x in a.sizes.split(",")] if a.sizes else list(QUICK if a.quick else FULL)
     engines, diff_engines = tuple(a.engines.split(",")), tuple(a.diff_engines.split(","))
     base = a.dir or tempfile.mkdtemp(prefix="kipcheck-trace-bench-")
     budget_end = time.monotonic() + a.budget
-    print(f"{'what':<17} {'engine':<19} {'exchanges':>11} {'seconds':>9} {'exch/s':>12} {'load1':>6}  result")
+    print(f"{'what':<17} {'engine':<26} {'exchanges':>11} {'seconds':>9} {'exch/s':>12} {'load1':>6}  result")
     rows: list[dict] = []
     if not a.no_fixed_cost:
-        rows.append(fixed_cost(base))
-        print_row(rows[-1])
+        for code, root in ([(" [base]", baseline), (" [new]", ROOT)] if baseline else [("", ROOT)]):
+            rows.append(fixed_cost(base, code, root))
+            print_row(rows[-1])
     cluster = None
     if "standalone" in engines + diff_engines:
         from replay.spark_standalone import StandaloneCluster, executor_venv
@@ -169,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         cluster = StandaloneCluster(executor_venv(), workers=2).start()
     try:
         for n in sizes:
-            rows.extend(run_size(n, base, cluster, budget_end, engines, diff_engines))
+            rows.extend(run_size(n, base, cluster, budget_end, engines, diff_engines, baseline))
     finally:
         if cluster is not None:
             cluster.stop()

@@ -70,11 +70,13 @@ def check_once(path: str, master: str) -> dict:
     return {"rows": rows, "seconds": seconds, "cpu_seconds": cpu, "found": sorted(found)}
 
 
-def run_child(path: str, master: str) -> dict:
+def run_child(path: str, master: str, root: str | None = None) -> dict:
+    """check_once in a child process, on the code of checkout `root` (default: this one)."""
+    root = root or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     code = ("import json,sys; from benchmarks.trace_check_bench import check_once; "
             f"print('RESULT', json.dumps(check_once({path!r}, {master!r})))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root,
+                          env={**os.environ, "PYTHONPATH": root})
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[7:])

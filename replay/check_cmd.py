@@ -132,21 +132,22 @@ def run_pure(paths: list[str], cfg: CheckConfig, skip_undecoded: bool) -> tuple[
 def run_spark(paths: list[str], cfg: CheckConfig, skip_undecoded: bool, master: str | None, out: str) -> tuple[Any, dict]:
     from pyspark.sql import functions as F
 
-    from replay.check_spark import SparkChecker, trace_schema
+    from replay.check_spark import SparkChecker, names_map, topic_names, trace_schema, upgrade
     from replay.spark_session import DEFAULT_SHUFFLE_PARTITIONS, get_spark
 
     spark = get_spark("kipcheck-check", master, SPARK_CONF)
-    df = spark.read.schema(trace_schema()).parquet(*paths)  # version 1 and 2 segments in one scan
-    agg = (df.select(F.count(F.lit(1)).alias("rows"),
-                     F.sum(F.when(F.col("kind") == "gap", 1).otherwise(0)).alias("gap_rows"),
-                     F.sum(F.when(F.col("kind") == "gap", F.coalesce("gap_count", F.lit(0))).otherwise(0)).alias("gap_exchanges"),
-                     F.sum(F.when(F.col("kind") != "gap", 1).otherwise(0)).alias("exchanges"),
-                     F.sum(F.when((F.col("kind") != "gap") & F.col("decode_error").isNotNull(), 1).otherwise(0)).alias("undecoded"))
-           .collect()[0].asDict())
-    stats = {k: int(v or 0) for k, v in agg.items()}
+    raw = spark.read.schema(trace_schema()).parquet(*paths)  # version 1 and 2 segments in one scan
+    df = upgrade(raw)
+    gap, undecoded = F.col("kind") == "gap", (F.col("kind") != "gap") & F.col("decode_error").isNotNull()
+    # one job: the counts, and the topic name -> id pairs the checker needs
+    got = df.select(F.count(F.lit(1)).alias("rows"), F.sum(gap.cast("long")).alias("gap_rows"),
+                    F.sum(F.when(gap, F.coalesce("gap_count", F.lit(0))).otherwise(0)).alias("gap_exchanges"),
+                    F.sum((~gap).cast("long")).alias("exchanges"), F.sum(undecoded.cast("long")).alias("undecoded"),
+                    topic_names(df)).collect()[0].asDict()
+    names = names_map(got.pop("topic_names"))
+    stats = {k: int(v or 0) for k, v in got.items()}
     if stats["undecoded"] and not skip_undecoded:
-        rows = (df.filter(F.col("decode_error").isNotNull() & (F.col("kind") != "gap"))
-                .select(F.input_file_name().alias("file"), "seq", "api_key", "api_version", "decode_error")
+        rows = (df.filter(undecoded).select(F.input_file_name().alias("file"), "seq", "api_key", "api_version", "decode_error")
                 .orderBy("seq").limit(3).collect())
         raise _undecoded_error([r.asDict() for r in rows], stats["undecoded"], stats["exchanges"])
     buckets = None
@@ -154,7 +155,7 @@ def run_spark(paths: list[str], cfg: CheckConfig, skip_undecoded: bool, master: 
         # a small trace in many tasks pays per-task and per-Python-worker costs for nothing
         spark.conf.set("spark.sql.shuffle.partitions", "2")
         buckets = 2
-    violations = SparkChecker(spark, df, cfg, buckets=buckets).violations()
+    violations = SparkChecker(spark, raw, cfg, buckets=buckets, names=names).violations()
     path = os.path.join(out, "violations.parquet")
     violations.write.mode("overwrite").parquet(path)
     return spark.read.parquet(path), stats

@@ -39,6 +39,7 @@ GROUP_EVENT = ["entity", "seq", "kind", "t", "topic", "partition", "offset", "tx
 SHARE_EVENT = ["entity", "seq", "kind", "topic_id", "partition", "member", "first", "last", "count", "types", "t_req",
                "t_resp", "ok"]  # entity: the share group
 SESSION_EVENT = ["entity", "seq", "api", "group", "member", "epoch", "has_acks", "error", "conn"]
+FETCH_EVENT = ["entity", "seq", "kind", "pid", "first", "last", "transactional", "control", "listed", "lso"]  # entity: topic-partition
 
 
 def session_key(upstream: str, group: str, member: str) -> str:

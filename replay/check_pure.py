@@ -1,8 +1,8 @@
 """`kipcheck check` in plain Python: the same rules as replay.check_spark, row by row.
 
 Small traces and the parity test use it; it builds the same normalized events per entity
-(replay.check_events) and runs the same per-entity replays (replay.entity_replay), and
-implements the row rules (FETCH.*) with loops instead of DataFrame joins.
+(replay.check_events) and runs the same per-entity replays (replay.entity_replay),
+the read_committed Fetch rules included (replay_fetch_partition).
 """
 
 from __future__ import annotations
@@ -175,13 +175,13 @@ class Normalizer:
                     out[key + (b["producer_id"],)].append((base[key], base[key] + b["record_count"] - 1))
         return out
 
-    def fetch_violations(self) -> list[Violation]:
-        out: list[Violation] = []
-        aborted = self.aborted_ranges()
+    def fetch_events(self) -> list[dict]:
+        """Per fetched partition: the aborted ranges ("ab") and the batches of read_committed
+        Fetch responses ("fb"), for replay.entity_replay.replay_fetch_partition."""
+        out = [{"entity": f"{topic}-{part}", "seq": None, "kind": "ab", "pid": pid, "first": lo, "last": hi}
+               for (topic, part, pid), ranges in self.aborted_ranges().items() for lo, hi in ranges]
         for r in self.rows:
-            if r["api_key"] != ApiKey.FETCH or r["status"] != "ok":
-                continue
-            if r["isolation_level"] != ev.READ_COMMITTED:
+            if r["api_key"] != ApiKey.FETCH or r["status"] != "ok" or r["isolation_level"] != ev.READ_COMMITTED:
                 continue
             lso = {(self.topic(p["topic"], p["topic_id"]), p["partition"]): p["last_stable_offset"]
                    for p in r["partitions"] or () if p["side"] == "response"}
@@ -192,18 +192,10 @@ class Normalizer:
                 if b["side"] != "response":
                     continue
                 key = (self.topic(b["topic"], b["topic_id"]), b["partition"])
-                entity = f"{key[0]}-{key[1]}"
-                bound = lso.get(key)
-                if bound is not None and bound >= 0 and b["last_offset"] >= bound:
-                    out.append(("FETCH.BEYOND_LSO", entity, r["seq"],
-                                f"batch {b['base_offset']}-{b['last_offset']} at/after LSO {bound}"))
-                if not b["transactional"] or b["control"]:
-                    continue
-                k3 = key + (b["producer_id"],)
-                hit = any(lo <= b["last_offset"] and b["base_offset"] <= hi for lo, hi in aborted.get(k3, ()))
-                if hit and not any(f <= b["base_offset"] for f in listed.get(k3, ())):
-                    out.append(("FETCH.ABORTED_UNLISTED", entity, r["seq"],
-                                f"aborted batch {b['base_offset']}-{b['last_offset']} of producer {b['producer_id']} not listed"))
+                out.append({"entity": f"{key[0]}-{key[1]}", "seq": r["seq"], "kind": "fb", "pid": b["producer_id"],
+                            "first": b["base_offset"], "last": b["last_offset"], "transactional": b["transactional"],
+                            "control": b["control"], "lso": lso.get(key),
+                            "listed": any(f <= b["base_offset"] for f in listed.get(key + (b["producer_id"],), ()))})
         return out
 
 
@@ -236,8 +228,8 @@ def check_rows(rows: list[dict], cfg: CheckConfig | None = None) -> list[dict]:
     cfg = cfg or CheckConfig()
     rows = [_typed(r) for r in rows]
     n = Normalizer(rows)
-    found: list[Violation] = list(n.fetch_violations())
-    for kind, events in (("txn", n.txn_events()), ("group", n.group_events()),
+    found: list[Violation] = []
+    for kind, events in (("fetch", n.fetch_events()), ("txn", n.txn_events()), ("group", n.group_events()),
                          ("share_group", n.share_events()), ("share_session", n.session_events())):
         for entity, evs in _group(events).items():
             found.extend(REPLAYS[kind](entity, evs, cfg))

@@ -1,12 +1,21 @@
-"""`kipcheck check` on Spark: DataFrame normalization and comparison, per-entity replay.
+"""`kipcheck check` on Spark: one scan to a flat event table, one window, one grouped map.
 
-Selection, explosion of the nested columns, topic-name/id alignment, transaction
-ordinals (window), the aborted-range join and the read_committed Fetch rules are
-DataFrame operations. The per-entity state machines (replay.entity_replay) run through
-`applyInPandas`, grouped by a hash bucket of the entity: one pandas call replays many
-whole entities (an entity never spans two buckets), so the per-call overhead of grouped
-map does not scale with the number of entities. Same events, same replays, same results
-as replay.check_pure (the parity test holds them to it).
+1. One projection of the scan turns each relevant exchange (typed columns only, no JSON
+   for version-2 rows) into an array of event structs of one superset schema, exploded
+   into a flat event table: one row per (route, entity, event). The route names the
+   replay (replay.entity_replay.REPLAYS) and the entity its key.
+2. The only cross-entity link, which transaction a Produce / TxnOffsetCommit belongs to
+   and how it ended, is a window over those events of each transactional id (the nearest
+   successful EndTxn at or after each of them, in seq order): it turns them into group
+   events (staged offsets, the transaction's end) and aborted offset ranges.
+3. Every entity's events go through ONE `groupBy(bucket).applyInPandas`, bucket = hash of
+   (route, entity) mod N: a pandas call replays many whole entities with the shared rules
+   (chaos.checkers via replay.entity_replay), dedups its violations and names their
+   connection and api, so nothing is joined back to the exchanges afterwards.
+
+Same events, same replays, same results as replay.check_pure (the parity test holds them
+to it). Only violations leave the executors (the topic name -> id map, an aggregate over
+few topics, is the one driver-side collect, and check_cmd folds it into its counting job).
 """
 
 from __future__ import annotations
@@ -14,11 +23,27 @@ from __future__ import annotations
 from typing import Any
 
 from replay import check_events as ev
-from replay.check_rules import RULES
+from replay.check_rules import requirements_of
 from replay.entity_replay import REPLAYS, CheckConfig
 from reference_impl.protocol.api_keys import ApiKey
 
-VIOLATION_DDL = "rule_id string, entity string, seq long, detail string"
+VIOLATION_DDL = ("rule_id string, requirement_ids string, entity string, seq long, connection_id long, "
+                 "api_name string, detail string")
+# the flat event table's struct: every route's event columns (check_events' *_EVENT lists)
+EVENT_FIELDS = (
+    ("route", "string"), ("entity", "string"), ("kind", "string"), ("api", "int"), ("t_req", "long"),
+    ("t_resp", "long"), ("pid", "long"), ("epoch", "int"), ("grant_pid", "long"), ("grant_epoch", "int"),
+    ("ok", "boolean"), ("t", "long"), ("topic", "string"), ("partition", "int"), ("offset", "long"),
+    ("txn", "string"), ("committed", "boolean"), ("topic_id", "string"), ("member", "string"), ("first", "long"),
+    ("last", "long"), ("count", "int"), ("types", "array<int>"), ("group", "string"), ("has_acks", "boolean"),
+    ("error", "int"), ("lso", "long"), ("listed", "boolean"), ("transactional", "boolean"), ("control", "boolean"),
+    ("tid", "string"),
+)
+ROUTE_COLUMNS = {  # what each replay reads of an event
+    "txn": ev.TXN_EVENT, "group": ev.GROUP_EVENT, "share_group": ev.SHARE_EVENT, "share_session": ev.SESSION_EVENT,
+    "fetch": ev.FETCH_EVENT,
+}
+LINK = "link"  # events of a transactional id that the window turns into group / fetch events
 
 
 def _F():
@@ -74,24 +99,6 @@ def upgrade(df: Any) -> Any:
     return df
 
 
-def exchanges(df: Any) -> Any:
-    """Decoded exchanges some rule reads (replay.check_events.relevant, as a column
-    expression), the typed columns (schema version 2, or derived for version-1 rows) in
-    place of the JSON text."""
-    F = _F()
-    df = upgrade(df)
-    api = F.col("api_key")
-    wanted = (F.when(api == ApiKey.PRODUCE, F.col("transactional_id").isNotNull())
-              .when(api == ApiKey.FETCH, F.coalesce(F.col("isolation_level") == ev.READ_COMMITTED, F.lit(False)))
-              .otherwise(api.isin(*ev.RELEVANT_APIS)))
-    return (df.filter((F.col("kind") == "exchange") & F.col("seq").isNotNull() & F.col("decode_error").isNull() & wanted)
-            .select(*ev.COLUMNS)
-            .withColumnRenamed("granted_producer_id", "grant_pid")
-            .withColumn("grant_epoch", F.col("granted_producer_epoch").cast("int")).drop("granted_producer_epoch")
-            .withColumn("committed", F.when(api == ApiKey.END_TXN, F.coalesce(F.col("txn_committed"), F.lit(False))))
-            .drop("txn_committed"))
-
-
 def _ok() -> Any:
     F = _F()
     return ((F.col("status") == "ok") & (F.coalesce(F.col("error_code"), F.lit(0)) == 0)
@@ -102,22 +109,65 @@ def _api(*keys: int) -> Any:
     return _F().col("api_key").isin(*keys)
 
 
-class SparkChecker:
-    def __init__(self, spark: Any, df: Any, cfg: CheckConfig | None = None, buckets: int | None = None) -> None:
-        from pyspark import StorageLevel
+def event(**values: Any) -> Any:
+    """One event struct of the superset schema (absent fields typed nulls)."""
+    F = _F()
+    return F.struct(*[(values[n] if n in values else F.lit(None)).cast(t).alias(n) for n, t in EVENT_FIELDS])
 
+
+def _when(cond: Any, value: Any) -> Any:
+    """A one-event array when `cond`, else an empty one."""
+    F = _F()
+    return F.when(cond, F.array(value)).otherwise(F.array().cast(f"array<{_EVENT_DDL}>"))
+
+
+_EVENT_DDL = "struct<" + ", ".join(f"`{n}`: {t}" for n, t in EVENT_FIELDS) + ">"
+
+
+def _each(array: Any, keep: Any, make: Any) -> Any:
+    """One event per element of `array` that `keep` accepts (lambdas over the element)."""
+    F = _F()
+    return F.coalesce(F.transform(F.filter(array, keep), make), F.array().cast(f"array<{_EVENT_DDL}>"))
+
+
+def topic_names(df: Any) -> Any:
+    """Aggregate expression: the distinct (topic, topic id) pairs of partition entries of
+    the exchanges some rule reads (fold it into another aggregate: no job of its own)."""
+    F = _F()
+    pairs = F.filter(F.transform("partitions", lambda p: F.struct(p["topic"].alias("t"), p["topic_id"].alias("i"))),
+                     lambda x: x["t"].isNotNull() & x["i"].isNotNull())
+    return F.array_distinct(F.flatten(F.collect_set(F.when(_wanted(), pairs)))).alias("topic_names")
+
+
+def names_map(pairs: list) -> dict[str, str]:
+    """Topic name -> the smallest topic id the trace gives it (as check_pure._topic_ids)."""
+    out: dict[str, str] = {}
+    for p in pairs or ():
+        out[p["t"]] = min(out.get(p["t"], p["i"]), p["i"])
+    return out
+
+
+def _wanted() -> Any:
+    """replay.check_events.relevant as a column expression (over upgraded rows)."""
+    F = _F()
+    api = F.col("api_key")
+    kind = (F.col("kind") == "exchange") & F.col("seq").isNotNull() & F.col("decode_error").isNull()
+    return kind & (F.when(api == ApiKey.PRODUCE, F.col("transactional_id").isNotNull())
+                   .when(api == ApiKey.FETCH, F.coalesce(F.col("isolation_level") == ev.READ_COMMITTED, F.lit(False)))
+                   .otherwise(api.isin(*ev.RELEVANT_APIS)))
+
+
+class SparkChecker:
+    def __init__(self, spark: Any, df: Any, cfg: CheckConfig | None = None, buckets: int | None = None,
+                 names: dict[str, str] | None = None) -> None:
         F = _F()
         self.spark, self.cfg = spark, cfg or CheckConfig()
         self.buckets = buckets or int(spark.conf.get("spark.sql.shuffle.partitions", "8"))
-        self.base = exchanges(df).withColumn("ok", _ok()).persist(StorageLevel.MEMORY_AND_DISK)
-        names = (self.base.select(F.explode("partitions").alias("p"))
-                 .filter(F.col("p.topic").isNotNull() & F.col("p.topic_id").isNotNull())
-                 .groupBy(F.col("p.topic").alias("t")).agg(F.min("p.topic_id").alias("i")).collect())
+        self.df = upgrade(df)
+        if names is None:  # check_cmd passes them from its counting job
+            names = names_map(self.df.select(topic_names(self.df)).collect()[0]["topic_names"])
         # topics are few: a literal map, no join (and no shuffle) where names meet ids
-        self.names = F.create_map(*[F.lit(x) for r in names for x in (r.t, r.i)]) if names else None
-        self._txn_rows = None
-
-    # -- helpers ------------------------------------------------------------------------
+        self.names = F.create_map(*[F.lit(x) for kv in sorted(names.items()) for x in kv]) if names else None
 
     def topic_key(self, topic: Any, topic_id: Any) -> Any:
         """The topic id, else the id the trace gives the name, else the name."""
@@ -126,194 +176,198 @@ class SparkChecker:
             return F.coalesce(topic_id, topic)
         return F.coalesce(topic_id, F.element_at(self.names, topic), topic)
 
-    def txn_rows(self) -> Any:
-        """Produce, EndTxn and TxnOffsetCommit exchanges of transactional ids, with the
-        transaction ordinal (successful EndTxns of the id before it: a window) and the
-        transaction key `txn` = "<transactional id>#<ordinal>"."""
-        if self._txn_rows is None:
-            from pyspark import StorageLevel
-            from pyspark.sql import Window
+    # -- 1. the flat event table ------------------------------------------------------------
 
-            F = _F()
-            w = Window.partitionBy("transactional_id").orderBy("seq").rowsBetween(Window.unboundedPreceding, -1)
-            end = (_api(ApiKey.END_TXN) & F.col("ok")).cast("int")
-            self._txn_rows = (self.base.filter(F.col("transactional_id").isNotNull()
-                                               & _api(ApiKey.PRODUCE, ApiKey.END_TXN, ApiKey.TXN_OFFSET_COMMIT))
-                              .withColumn("ordinal", F.coalesce(F.sum(end).over(w), F.lit(0)))
-                              .withColumn("txn", F.concat_ws("#", "transactional_id", F.col("ordinal").cast("string")))
-                              .persist(StorageLevel.MEMORY_AND_DISK))
-        return self._txn_rows
-
-    def replay(self, events: dict[str, Any]) -> Any:
-        """Every entity replay in one shuffle: the event frames of all kinds (one superset
-        schema, a `replay` column naming the kind) bucketed by hash of (kind, entity)."""
+    def flat_events(self) -> Any:
+        """One scan: every event of every relevant exchange, one row each (seq, conn,
+        api_name and the event struct's columns)."""
         F = _F()
-        cfg = self.cfg
-        frames = [df.withColumn("replay", F.lit(kind)) for kind, df in events.items()]
-        union = frames[0]
-        for f in frames[1:]:
-            union = union.unionByName(f, allowMissingColumns=True)
-        columns = union.columns
+        rows = self.df.filter(_wanted()).withColumn("ok", _ok())
+        parts = [self._txn(), *self._group(), *self._share(), self._session(), *self._fetch()]
+        return (rows.select("seq", F.col("connection_id").alias("conn"), "api_name",
+                            F.explode(F.concat(*parts)).alias("e"))
+                .select("seq", "conn", "api_name", "e.*"))
 
-        def run(pdf):  # one bucket: many whole entities of any kind
-            import pandas as pd
-
-            data = [pdf[c].tolist() for c in columns]
-            by: dict[tuple, list[dict]] = {}
-            for vals in zip(*data):
-                e = dict(zip(columns, vals))
-                by.setdefault((e["replay"], e["entity"]), []).append(e)
-            out = []
-            for (kind, entity), evs in by.items():
-                out.extend(REPLAYS[kind](entity, evs, cfg))
-            return pd.DataFrame(out, columns=["rule_id", "entity", "seq", "detail"])
-
-        return (union.withColumn("bucket", F.abs(F.hash("replay", "entity")) % self.buckets)
-                .groupBy("bucket").applyInPandas(run, schema=VIOLATION_DDL))
-
-    # -- normalized events ----------------------------------------------------------------
-
-    def txn_events(self) -> Any:
+    def _txn(self) -> Any:
         F = _F()
         init = _api(ApiKey.INIT_PRODUCER_ID)
-        return (self.base.filter(F.col("transactional_id").isNotNull() & (F.col("status") == "ok")
-                                 & _api(ApiKey.PRODUCE, *ev.TXN_APIS))
-                .select(F.col("transactional_id").alias("entity"), "seq", F.col("api_key").cast("int").alias("api"),
-                        F.col("request_mono_ns").alias("t_req"), F.col("response_mono_ns").alias("t_resp"),
-                        F.when(~init, F.col("producer_id")).alias("pid"),
-                        F.when(~init, F.col("producer_epoch").cast("int")).alias("epoch"),
-                        "grant_pid", "grant_epoch", "ok"))
+        cond = F.col("transactional_id").isNotNull() & (F.col("status") == "ok") & _api(ApiKey.PRODUCE, *ev.TXN_APIS)
+        return _when(cond, event(route=F.lit("txn"), entity=F.col("transactional_id"), api=F.col("api_key"),
+                                 t_req=F.col("request_mono_ns"), t_resp=F.col("response_mono_ns"),
+                                 pid=F.when(~init, F.col("producer_id")), epoch=F.when(~init, F.col("producer_epoch")),
+                                 grant_pid=F.col("granted_producer_id"), grant_epoch=F.col("granted_producer_epoch"),
+                                 ok=F.col("ok")))
 
-    def group_events(self) -> Any:
+    def _group(self) -> list[Any]:
         F = _F()
-        txn = self.txn_rows()
-        keep = ["seq", "group_id", "api_key", "request_mono_ns", "ok", "partitions", "txn"]
-        plain = self.base.filter(_api(ApiKey.OFFSET_COMMIT)).withColumn("txn", F.lit(None).cast("string")).select(*keep)
-        staged = txn.filter(_api(ApiKey.TXN_OFFSET_COMMIT)).select(*keep)
-        commits = (plain.unionByName(staged).filter(F.col("ok") & F.col("group_id").isNotNull())
-                   .select("seq", "group_id", "api_key", "request_mono_ns", "txn", F.explode("partitions").alias("p"))
-                   .filter((F.col("p.side") == "request") & F.col("p.committed_offset").isNotNull())
-                   .select(F.col("group_id").alias("entity"), "seq",
-                           F.when(_api(ApiKey.TXN_OFFSET_COMMIT), F.lit("txn_commit")).otherwise(F.lit("commit")).alias("kind"),
-                           F.col("request_mono_ns").alias("t"), self.topic_key(F.col("p.topic"), F.col("p.topic_id")).alias("topic"),
-                           F.col("p.partition").alias("partition"), F.col("p.committed_offset").alias("offset"), "txn",
-                           F.lit(None).cast("boolean").alias("committed")))
-        fetches = (self.base.filter(_api(ApiKey.OFFSET_FETCH) & (F.col("status") == "ok") & F.col("group_id").isNotNull())
-                   .select("seq", "group_id", "response_mono_ns", F.explode("partitions").alias("p"))
-                   .filter((F.col("p.side") == "response") & F.col("p.committed_offset").isNotNull()
-                           & (F.coalesce(F.col("p.error_code"), F.lit(0)) == 0))
-                   .select(F.col("group_id").alias("entity"), "seq", F.lit("fetch").alias("kind"),
-                           F.col("response_mono_ns").alias("t"), self.topic_key(F.col("p.topic"), F.col("p.topic_id")).alias("topic"),
-                           F.col("p.partition").alias("partition"), F.col("p.committed_offset").alias("offset"),
-                           F.lit(None).cast("string").alias("txn"), F.lit(None).cast("boolean").alias("committed")))
-        groups_of_txn = (txn.filter(_api(ApiKey.TXN_OFFSET_COMMIT) & F.col("ok") & F.col("group_id").isNotNull())
-                         .select("txn", F.col("group_id").alias("entity")).distinct())
-        ends = (txn.filter(_api(ApiKey.END_TXN) & F.col("ok")).join(groups_of_txn, "txn")
-                .select("entity", "seq", F.lit("txn_end").alias("kind"), F.col("request_mono_ns").alias("t"),
-                        F.lit(None).cast("string").alias("topic"), F.lit(None).cast("int").alias("partition"),
-                        F.lit(None).cast("long").alias("offset"), "txn", "committed"))
-        return commits.unionByName(fetches).unionByName(ends)
+        tid, group = F.col("transactional_id"), F.col("group_id")
+        committed = lambda p: (p["side"] == "request") & p["committed_offset"].isNotNull()  # noqa: E731
 
-    def share_events(self) -> Any:
+        def offset(p: Any, route: str, kind: str, t: str) -> Any:
+            return event(route=F.lit(route), entity=group, kind=F.lit(kind), t=F.col(t), tid=tid,
+                         topic=self.topic_key(p["topic"], p["topic_id"]), partition=p["partition"],
+                         offset=p["committed_offset"])
+
+        commit_ok = F.col("ok") & group.isNotNull()
+        plain = F.when(_api(ApiKey.OFFSET_COMMIT) & commit_ok, F.col("partitions"))
+        staged_ok = _api(ApiKey.TXN_OFFSET_COMMIT) & commit_ok & tid.isNotNull()
+        staged = F.when(staged_ok, F.col("partitions"))
+        fetched = F.when(_api(ApiKey.OFFSET_FETCH) & (F.col("status") == "ok") & group.isNotNull(), F.col("partitions"))
+        return [
+            _each(plain, committed, lambda p: offset(p, "group", "commit", "request_mono_ns")),
+            _each(staged, committed, lambda p: offset(p, LINK, "txn_commit", "request_mono_ns")),
+            # the transaction's end, for this group (a window fills it in; repeats are harmless)
+            _when(staged_ok, event(route=F.lit(LINK), entity=group, kind=F.lit("txn_end"), tid=tid)),
+            _each(fetched, lambda p: (p["side"] == "response") & p["committed_offset"].isNotNull()
+                  & (F.coalesce(p["error_code"], F.lit(0)) == 0),
+                  lambda p: offset(p, "group", "fetch", "response_mono_ns")),
+            # a successful EndTxn: the mark the window looks for
+            _when(_api(ApiKey.END_TXN) & F.col("ok") & tid.isNotNull(),
+                  event(route=F.lit(LINK), entity=tid, kind=F.lit("end"), t=F.col("request_mono_ns"), tid=tid,
+                        committed=F.coalesce(F.col("txn_committed"), F.lit(False)))),
+        ]
+
+    def _share(self) -> list[Any]:
         """Share-group events; the entity is the group (replay_share_group keeps one view
         per share-partition and applies a session close to all of them)."""
         F = _F()
-        rows = (self.base.filter(_api(ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE) & (F.col("status") == "ok")
-                                 & F.col("group_id").isNotNull() & F.col("member_id").isNotNull())
-                .select("seq", "api_key", "group_id", "member_id", "error_code", "share_session_epoch", "ok",
-                        "request_wall_ms", "response_wall_ms", "acquired_records", "acknowledgement_batches"))
+        group, member = F.col("group_id"), F.col("member_id")
+        rows = _api(ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE) & (F.col("status") == "ok") & group.isNotNull() & member.isNotNull()
         top_ok = F.coalesce(F.col("error_code"), F.lit(0)) == 0
-        none_l, none_i, none_a = F.lit(None).cast("long"), F.lit(None).cast("int"), F.lit(None).cast("array<int>")
 
-        def shaped(df: Any, kind: str, tid: Any, part: Any, member: Any, first: Any, last: Any, count: Any, types: Any) -> Any:
-            return df.select(F.col("group_id").alias("entity"), "seq", F.lit(kind).alias("kind"), tid.alias("topic_id"),
-                             part.cast("int").alias("partition"), member.alias("member"), first.alias("first"),
-                             last.alias("last"), count.cast("int").alias("count"), types.alias("types"),
-                             F.col("request_wall_ms").alias("t_req"), F.col("response_wall_ms").alias("t_resp"), "ok")
+        def share(kind: str, **kw: Any) -> Any:
+            return event(route=F.lit("share_group"), entity=group, kind=F.lit(kind), t_req=F.col("request_wall_ms"),
+                         t_resp=F.col("response_wall_ms"), ok=F.col("ok"), **kw)
 
-        acks = rows.select("*", F.explode("acknowledgement_batches").alias("a")).filter(F.col("a.side") == "request")
-        acks = shaped(acks, "ack", F.col("a.topic_id"), F.col("a.partition"), F.col("member_id"), F.col("a.first_offset"),
-                      F.col("a.last_offset"), none_i, F.col("a.acknowledge_types").cast("array<int>"))
-        acqs = rows.filter(_api(ApiKey.SHARE_FETCH) & top_ok).select("*", F.explode("acquired_records").alias("a"))
-        acqs = shaped(acqs, "acq", F.col("a.topic_id"), F.col("a.partition"), F.col("member_id"), F.col("a.first_offset"),
-                      F.col("a.last_offset"), F.col("a.delivery_count"), none_a)
-        closes = shaped(rows.filter((F.col("share_session_epoch") == -1) & top_ok), "close", F.lit(None).cast("string"),
-                        none_i, F.col("member_id"), none_l, none_l, none_i, none_a)
-        spso = (self.base.filter(_api(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS) & (F.col("status") == "ok") & F.col("group_id").isNotNull())
-                .select("seq", "group_id", "ok", "request_wall_ms", "response_wall_ms",
-                        F.explode("share_start_offsets").alias("p"))
-                .filter((F.coalesce(F.col("p.error_code"), F.lit(0)) == 0) & (F.col("p.start_offset") >= 0)))
-        spso = shaped(spso, "spso", F.col("p.topic_id"), F.col("p.partition"), F.lit(None).cast("string"),
-                      F.col("p.start_offset"), F.col("p.start_offset"), none_i, none_a)
-        return acks.unionByName(acqs).unionByName(closes).unionByName(spso)
+        spso_rows = _api(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS) & (F.col("status") == "ok") & group.isNotNull()
+        return [
+            _each(F.when(rows, F.col("acknowledgement_batches")), lambda a: a["side"] == "request",
+                  lambda a: share("ack", topic_id=a["topic_id"], partition=a["partition"], member=member,
+                                  first=a["first_offset"], last=a["last_offset"], types=a["acknowledge_types"])),
+            _each(F.when(rows & _api(ApiKey.SHARE_FETCH) & top_ok, F.col("acquired_records")), lambda a: F.lit(True),
+                  lambda a: share("acq", topic_id=a["topic_id"], partition=a["partition"], member=member,
+                                  first=a["first_offset"], last=a["last_offset"], count=a["delivery_count"])),
+            _when(rows & (F.col("share_session_epoch") == -1) & top_ok, share("close", member=member)),
+            _each(F.when(spso_rows, F.col("share_start_offsets")),
+                  lambda p: (F.coalesce(p["error_code"], F.lit(0)) == 0) & (p["start_offset"] >= 0),
+                  lambda p: share("spso", topic_id=p["topic_id"], partition=p["partition"], first=p["start_offset"],
+                                  last=p["start_offset"])),
+        ]
 
-    def session_events(self) -> Any:
+    def _session(self) -> Any:
         F = _F()
-        return (self.base.filter(_api(ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE) & (F.col("status") == "ok")
-                                 & F.col("group_id").isNotNull() & F.col("member_id").isNotNull()
-                                 & F.col("share_session_epoch").isNotNull())
-                .select(F.concat_ws("|", "upstream", "group_id", "member_id").alias("entity"), "seq",
-                        F.col("api_key").cast("int").alias("api"), F.col("group_id").alias("group"),
-                        F.col("member_id").alias("member"), F.col("share_session_epoch").alias("epoch"),
-                        F.coalesce(F.exists("acknowledgement_batches", lambda a: a["side"] == "request"), F.lit(False)).alias("has_acks"),
-                        F.coalesce(F.col("error_code").cast("int"), F.lit(0)).alias("error"),
-                        F.col("connection_id").alias("conn")))
+        cond = (_api(ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE) & (F.col("status") == "ok") & F.col("group_id").isNotNull()
+                & F.col("member_id").isNotNull() & F.col("share_session_epoch").isNotNull())
+        return _when(cond, event(
+            route=F.lit("share_session"), entity=F.concat_ws("|", "upstream", "group_id", "member_id"),
+            api=F.col("api_key"), group=F.col("group_id"), member=F.col("member_id"), epoch=F.col("share_session_epoch"),
+            has_acks=F.coalesce(F.exists("acknowledgement_batches", lambda a: a["side"] == "request"), F.lit(False)),
+            error=F.coalesce(F.col("error_code").cast("int"), F.lit(0))))
 
-    # -- row rules: read_committed fetches -------------------------------------------------
-
-    def aborted_ranges(self) -> Any:
-        """(topic, partition, producer id, lo, hi) of transactional data that aborted."""
+    def _fetch(self) -> list[Any]:
+        """Read_committed Fetch response batches ("fb") that could break a FETCH rule (beyond
+        the LSO, or transactional data not listed as aborted), and the transactional
+        Produce batches whose transaction's outcome the window decides."""
         F = _F()
-        txn = self.txn_rows()
-        aborted = txn.filter(_api(ApiKey.END_TXN) & F.col("ok") & ~F.col("committed")).select("txn")
-        produce = (txn.filter(_api(ApiKey.PRODUCE) & (F.col("status") == "ok")).join(aborted, "txn")
-                   .select("partitions", F.explode("batches").alias("b"))
-                   .filter((F.col("b.side") == "request") & F.col("b.transactional")))
-        same = lambda p: ((p["side"] == "response") & (p["partition"] == F.col("b.partition"))  # noqa: E731
-                          & (F.coalesce(p["topic_id"], p["topic"]) == F.coalesce(F.col("b.topic_id"), F.col("b.topic")))
-                          & (F.coalesce(p["error_code"], F.lit(0)) == 0) & p["base_offset"].isNotNull())
-        b = produce.withColumn("base", F.element_at(F.filter("partitions", same), 1)["base_offset"]).filter(F.col("base") >= 0)
-        return b.select(self.topic_key(F.col("b.topic"), F.col("b.topic_id")).alias("r_topic"),
-                        F.col("b.partition").alias("r_partition"), F.col("b.producer_id").alias("r_pid"),
-                        F.col("base").alias("lo"), (F.col("base") + F.col("b.record_count") - 1).alias("hi"))
+        topic_of = lambda x: F.coalesce(x["topic_id"], x["topic"])  # noqa: E731
 
-    def fetch_violations(self) -> Any:
+        def fb(b: Any) -> Any:
+            same = lambda x: (x["partition"] == b["partition"]) & (topic_of(x) == topic_of(b))  # noqa: E731
+            lso = F.element_at(F.filter("partitions", lambda p: (p["side"] == "response") & same(p)), 1)["last_stable_offset"]
+            listed = F.exists("aborted_transactions", lambda a: same(a) & (a["producer_id"] == b["producer_id"])
+                              & (a["first_offset"] <= b["base_offset"]))
+            tkey = self.topic_key(b["topic"], b["topic_id"])
+            return event(route=F.lit("fetch"), entity=F.concat_ws("-", tkey, b["partition"].cast("string")), kind=F.lit("fb"),
+                         pid=b["producer_id"], first=b["base_offset"], last=b["last_offset"], lso=lso,
+                         listed=F.coalesce(listed, F.lit(False)), transactional=b["transactional"], control=b["control"])
+
+        def pb(b: Any) -> Any:
+            same = lambda p: ((p["side"] == "response") & (p["partition"] == b["partition"])  # noqa: E731
+                              & (topic_of(p) == topic_of(b)) & (F.coalesce(p["error_code"], F.lit(0)) == 0)
+                              & p["base_offset"].isNotNull())
+            base = F.element_at(F.filter("partitions", same), 1)["base_offset"]
+            tkey = self.topic_key(b["topic"], b["topic_id"])
+            return event(route=F.lit(LINK), entity=F.concat_ws("-", tkey, b["partition"].cast("string")), kind=F.lit("ab"),
+                         tid=F.col("transactional_id"), pid=b["producer_id"], first=base,
+                         last=base + b["record_count"] - 1)
+
+        fetches = F.when(_api(ApiKey.FETCH) & (F.col("status") == "ok"), F.col("batches"))  # read_committed only (_wanted)
+        produces = F.when(_api(ApiKey.PRODUCE) & (F.col("status") == "ok") & F.col("transactional_id").isNotNull(),
+                          F.col("batches"))
+        possible = lambda e: ((e["lso"].isNotNull() & (e["lso"] >= 0) & (e["last"] >= e["lso"]))  # noqa: E731
+                              | (F.coalesce(e["transactional"], F.lit(False)) & ~F.coalesce(e["control"], F.lit(False))
+                                 & ~e["listed"]))
+        fetched = F.coalesce(F.filter(F.transform(F.filter(fetches, lambda b: b["side"] == "response"), fb), possible),
+                             F.array().cast(f"array<{_EVENT_DDL}>"))
+        produced = F.filter(_each(produces, lambda b: (b["side"] == "request") & b["transactional"], pb),
+                            lambda e: e["first"].isNotNull() & (e["first"] >= 0))
+        return [fetched, produced]
+
+    # -- 2. the transaction link: one window ------------------------------------------------
+
+    def linked(self, flat: Any) -> Any:
+        """Events of transactional ids resolved against the nearest successful EndTxn at or
+        after them (seq order; it ends their transaction): staged offsets keyed by that
+        transaction, its end for each group it staged offsets in, and the offsets of
+        aborted transactions as "ab" events of the fetched partition."""
+        from pyspark.sql import Window
+
         F = _F()
-        rc = self.base.filter(_api(ApiKey.FETCH) & (F.col("status") == "ok"))  # exchanges() kept read_committed only
-        b = rc.select("seq", "partitions", "aborted_transactions", F.explode("batches").alias("b")).filter(F.col("b.side") == "response")
-        btopic = F.coalesce(F.col("b.topic_id"), F.col("b.topic"))
-        same = lambda x: (x["partition"] == F.col("b.partition")) & (F.coalesce(x["topic_id"], x["topic"]) == btopic)  # noqa: E731
-        b = b.select("b", "seq",
-                     F.element_at(F.filter("partitions", lambda p: (p["side"] == "response") & same(p)), 1)
-                     ["last_stable_offset"].alias("lso"),
-                     F.exists("aborted_transactions", lambda a: same(a) & (a["producer_id"] == F.col("b.producer_id"))
-                              & (a["first_offset"] <= F.col("b.base_offset"))).alias("listed"),
-                     self.topic_key(F.col("b.topic"), F.col("b.topic_id")).alias("tkey"))
-        b = b.withColumn("entity", F.concat_ws("-", "tkey", F.col("b.partition").cast("string")))
-        lso = (b.filter(F.col("lso").isNotNull() & (F.col("lso") >= 0) & (F.col("b.last_offset") >= F.col("lso")))
-               .select(F.lit("FETCH.BEYOND_LSO").alias("rule_id"), "entity", "seq",
-                       F.format_string("batch %d-%d at/after LSO %d", "b.base_offset", "b.last_offset", "lso").alias("detail")))
-        data = b.filter(F.col("b.transactional") & ~F.col("b.control") & ~F.coalesce(F.col("listed"), F.lit(False)))
-        ranges = self.aborted_ranges()
-        hit = data.join(ranges, (data["tkey"] == ranges["r_topic"]) & (F.col("b.partition") == ranges["r_partition"])
-                        & (F.col("b.producer_id") == ranges["r_pid"]) & (ranges["lo"] <= F.col("b.last_offset"))
-                        & (F.col("b.base_offset") <= ranges["hi"]))
-        unlisted = hit.select(F.lit("FETCH.ABORTED_UNLISTED").alias("rule_id"), "entity", "seq",
-                              F.format_string("aborted batch %d-%d of producer %d not listed", "b.base_offset",
-                                              "b.last_offset", "b.producer_id").alias("detail"))
-        return lso.unionByName(unlisted)
+        w = Window.partitionBy("tid").orderBy(F.col("seq").desc()).rowsBetween(Window.unboundedPreceding, 0)
+        mark = F.when(F.col("kind") == "end", F.struct(F.col("seq").alias("s"), F.col("t").alias("t"),
+                                                       F.col("committed").alias("c")))
+        x = flat.filter(F.col("route") == LINK).withColumn("_end", F.last(mark, ignorenulls=True).over(w))
+        txn = F.concat_ws("#", "tid", F.coalesce(F.col("_end.s").cast("string"), F.lit("open")))
+        kind, end = F.col("kind"), F.col("_end")
+        x = x.filter((kind == "txn_commit") | (end.isNotNull() & (kind == "txn_end"))
+                     | (end.isNotNull() & ~F.col("_end.c") & (kind == "ab")))
+        ends = kind == "txn_end"
+        return (x.withColumn("route", F.when(kind == "ab", F.lit("fetch")).otherwise(F.lit("group")))
+                .withColumn("txn", txn)
+                .withColumn("seq", F.when(ends, F.col("_end.s")).otherwise(F.col("seq")))
+                .withColumn("t", F.when(ends, F.col("_end.t")).otherwise(F.col("t")))
+                .withColumn("committed", F.when(ends, F.col("_end.c")))
+                .withColumn("conn", F.when(~ends, F.col("conn")))  # not the EndTxn's: never a violation's
+                .withColumn("api_name", F.when(~ends, F.col("api_name")))
+                .drop("_end"))
 
-    # -- all rules --------------------------------------------------------------------------
+    # -- 3. every replay in one grouped map ----------------------------------------------------
 
     def violations(self) -> Any:
         """One row per (rule, entity, seq), with requirement ids, connection and api of the exchange."""
         F = _F()
-        replayed = self.replay({"txn": self.txn_events(), "group": self.group_events(),
-                                "share_group": self.share_events(), "share_session": self.session_events()})
-        found = self.fetch_violations().unionByName(replayed)
-        found = found.groupBy("rule_id", "entity", "seq").agg(F.min("detail").alias("detail"))
-        reqs = self.spark.createDataFrame([(r.id, ",".join(r.requirements)) for r in RULES], "rule_id string, requirement_ids string")
-        where = self.base.select("seq", "connection_id", "api_name")
-        # violations are few: broadcast them rather than shuffling every exchange
-        return (F.broadcast(found).join(F.broadcast(reqs), "rule_id", "left").join(where, "seq", "left")
-                .select("rule_id", "requirement_ids", "entity", "seq", "connection_id", "api_name", "detail"))
+        flat = self.flat_events()
+        events = flat.filter(F.col("route") != LINK).unionByName(self.linked(flat))
+        cfg = self.cfg
+
+        def run(pdf):  # one bucket: many whole entities of any route
+            import pandas as pd
+
+            out = replay_bucket(pdf, cfg)
+            return pd.DataFrame(out, columns=[c.split()[0] for c in VIOLATION_DDL.split(", ")])
+
+        return (events.withColumn("bucket", F.abs(F.hash("route", "entity")) % self.buckets)
+                .groupBy("bucket").applyInPandas(run, schema=VIOLATION_DDL))
+
+
+def replay_bucket(pdf: Any, cfg: CheckConfig) -> list[tuple]:
+    """The violations of the entities in one bucket of the flat event table (pandas), one
+    per (rule, entity, seq) with the smallest detail, with the exchange's connection and api."""
+    where: dict[int, tuple] = {}
+    for seq, conn, api in zip(pdf["seq"].tolist(), pdf["conn"].tolist(), pdf["api_name"].tolist()):
+        if api is not None:
+            where[int(seq)] = (None if conn != conn else int(conn), api)
+    found: dict[tuple, str] = {}
+    for route, sub in pdf.groupby("route", sort=False):
+        cols = ROUTE_COLUMNS[route]
+        by: dict[str, list[dict]] = {}
+        for vals in zip(*[sub[c].tolist() for c in cols]):
+            e = dict(zip(cols, vals))
+            by.setdefault(e["entity"], []).append(e)
+        for entity, evs in by.items():
+            for rule, ent, seq, detail in REPLAYS[route](entity, evs, cfg):
+                key = (rule, ent, int(seq))
+                if key not in found or detail < found[key]:
+                    found[key] = detail
+    return [(rule, requirements_of(rule), ent, seq, *where.get(seq, (None, None)), detail)
+            for (rule, ent, seq), detail in found.items()]

@@ -16,6 +16,8 @@ The models keep what the reference keeps and answer what the reference would ans
   ``chaos.checkers.share_rules``, shared with the chaos share-group checker): per record holder member, lock window (request/response wall times plus
   the lock duration), delivery count, final (Acknowledged/Archived) state, a start offset
   below which everything is final, and the reported SPSO;
+* fetched partition: the aborted transactions' offset ranges, against which each
+  read_committed Fetch batch is judged (with the response's LSO and aborted list);
 * share session: the reference `ShareSessionCache` (the KIP's epoch table as Kafka
   implements it) replayed per (broker, group, member).
 
@@ -125,6 +127,37 @@ def replay_group_offsets(entity: str, events: Iterable[dict], cfg: CheckConfig |
         elif off >= 0 and off in staged.get(tp, ()) and off not in visible.get(tp, ()):
             out.append(("TXN.OFFSETS_BEFORE_MARKER", entity, int(e["seq"]),
                         f"OffsetFetch returned {tp[0]}-{tp[1]} offset {off} of a transaction not committed yet"))
+    return out
+
+
+# ----------------------------------------------------------------------------- fetched partitions
+
+
+def replay_fetch_partition(entity: str, events: Iterable[dict], cfg: CheckConfig | None = None) -> list[Violation]:
+    """Events of one partition ("topic-partition") as read_committed consumers saw it:
+    kind "ab" (an aborted transaction's data: pid, first..last offsets) and kind "fb" (a
+    read_committed Fetch response batch: seq, pid, first = base offset, last, transactional,
+    control, lso = the same response's last stable offset, listed = an aborted_transactions
+    entry of the same producer id with first offset <= the batch's base offset).
+
+    KIP-98: a read_committed Fetch never returns data at/after the LSO (FETCH.BEYOND_LSO),
+    and every aborted batch it returns comes with the entry that lets the client drop it
+    (FETCH.ABORTED_UNLISTED). The aborted ranges are the whole trace's, in any order."""
+    evs = list(events)
+    aborted: dict[int, list[tuple[int, int]]] = {}
+    for e in evs:
+        if e["kind"] == "ab":
+            aborted.setdefault(int(e["pid"]), []).append((int(e["first"]), int(e["last"])))
+    out: list[Violation] = []
+    for e in sorted((e for e in evs if e["kind"] == "fb"), key=lambda e: int(e["seq"])):
+        seq, base, last, lso = int(e["seq"]), int(e["first"]), int(e["last"]), _int(e.get("lso"))
+        if lso is not None and lso >= 0 and last >= lso:
+            out.append(("FETCH.BEYOND_LSO", entity, seq, f"batch {base}-{last} at/after LSO {lso}"))
+        if not bool(_v(e["transactional"])) or bool(_v(e["control"])) or bool(_v(e["listed"])):
+            continue
+        pid = int(e["pid"])
+        if any(lo <= last and base <= hi for lo, hi in aborted.get(pid, ())):
+            out.append(("FETCH.ABORTED_UNLISTED", entity, seq, f"aborted batch {base}-{last} of producer {pid} not listed"))
     return out
 
 
@@ -333,4 +366,5 @@ REPLAYS = {
     "group": replay_group_offsets,
     "share_group": replay_share_group,
     "share_session": replay_share_session,
+    "fetch": replay_fetch_partition,
 }
