@@ -135,11 +135,7 @@ def test_stale_state_epoch_and_leader_epoch_are_fenced(sp, record_property):
     readStateAndMaybeUpdateLeaderEpoch); a write at the old leader epoch is then
     FENCED_LEADER_EPOCH and changes nothing."""
     require_state_rpcs(sp.target, READ, WRITE)
-    sp.open()
-    accepted_two(sp)
-    state = eventually(lambda: _with_batches(read(sp.cc, sp.group, sp.tid)))
-    before = as_tuple(state)
-    s_epoch, l_epoch = int(state.state_epoch), leader_epoch(sp.cc, sp.tid, 0)
+    state, before, s_epoch, l_epoch = _stored_state(sp)
     stale = write(sp.cc, sp.group, sp.tid, state, state_epoch=s_epoch - 1, leader=l_epoch)
     assert int(stale.error_code) == KIP_ERROR_CODES["FENCED_STATE_EPOCH"] == E.fenced_state_epoch, stale
     assert as_tuple(read(sp.cc, sp.group, sp.tid)) == before
@@ -158,11 +154,7 @@ def test_newer_state_epoch_write_is_accepted_and_not_recorded(sp, record_propert
     (DIV-93218). A write repeating the state with state epoch + 1 is answered NONE, the
     stored state epoch stays, and a write at the stored epoch is still taken."""
     require_state_rpcs(sp.target, READ, WRITE)
-    sp.open()
-    accepted_two(sp)
-    state = eventually(lambda: _with_batches(read(sp.cc, sp.group, sp.tid)))
-    before = as_tuple(state)
-    s_epoch, l_epoch = int(state.state_epoch), leader_epoch(sp.cc, sp.tid, 0)
+    state, before, s_epoch, l_epoch = _stored_state(sp)
     newer = write(sp.cc, sp.group, sp.tid, state, state_epoch=s_epoch + 1, leader=l_epoch)
     record_property("write_at_state_epoch_plus_one", E(newer.error_code).name)
     assert newer.error_code == E.none, newer
@@ -170,6 +162,15 @@ def test_newer_state_epoch_write_is_accepted_and_not_recorded(sp, record_propert
     same = write(sp.cc, sp.group, sp.tid, state, state_epoch=s_epoch, leader=l_epoch)
     assert same.error_code == E.none, same
     assert as_tuple(read(sp.cc, sp.group, sp.tid)) == before
+
+
+def _stored_state(sp: Any) -> tuple[Any, tuple, int, int]:
+    """Two accepted records persisted: the stored state, its comparable form, its state epoch
+    and partition 0's leader epoch (what a write must carry)."""
+    sp.open()
+    accepted_two(sp)
+    state = eventually(lambda: _with_batches(read(sp.cc, sp.group, sp.tid)))
+    return state, as_tuple(state), int(state.state_epoch), leader_epoch(sp.cc, sp.tid, 0)
 
 
 def _with_batches(state: Any) -> Any:
