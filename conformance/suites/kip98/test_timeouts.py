@@ -17,6 +17,7 @@ from conformance import client_ops, wire_ops
 from conformance.suites import require_api, require_feature
 from conformance.suites.kip98 import idem_batch, require_transactions, wait_stable
 from conformance.suites.kip98.test_fencing import (
+    CONCURRENT_TRANSACTIONS,
     FENCING,
     INVALID_PRODUCER_EPOCH,
     INVALID_TXN_STATE,
@@ -48,6 +49,19 @@ def wait_for_abort_marker(cc, topic: str, partition: int, producer_id: int, dead
     return None
 
 
+def late_end_txn(coord, tid: str, pid: int, epoch: int, version: int, wait_s: float = 15.0) -> tuple[int, Any]:
+    """The stalled producer's EndTxn(commit), retried while CONCURRENT_TRANSACTIONS, as a
+    client retries it: the coordinator answers that until the timeout abort's CompleteAbort
+    is written, which on 3 brokers can outlast the ABORT marker's appearance in the
+    partition (seen on testcontainers:nodes=3)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        version, end = end_txn(coord, tid, pid, epoch, True, version=version)
+        if end.error_code != CONCURRENT_TRANSACTIONS or time.monotonic() > deadline:
+            return version, end
+        time.sleep(0.2)
+
+
 def timeout_abort_scenario(target, ids, tv2: bool) -> dict[str, Any]:
     topic, tid = ids.topic(), ids.transactional_id()
     client_ops.create_topic(target, topic)
@@ -71,7 +85,7 @@ def timeout_abort_scenario(target, ids, tv2: bool) -> dict[str, Any]:
         obs["stable"] = hw == lso
         obs["committed_values"] = committed_values(cc, topic, 0)
         # The stalled producer wakes up and tries to commit with its old epoch.
-        version, end = end_txn(coord, tid, pid, epoch, True, version=5 if tv2 else 4)
+        version, end = late_end_txn(coord, tid, pid, epoch, version=5 if tv2 else 4)
         obs["late_commit"] = {"version": version, "error": int(end.error_code)}
         after = read_partition(cc, topic, 0, 1)
         obs["committed_after_late_commit"] = committed_values(cc, topic, 0)
