@@ -32,8 +32,9 @@ def test_suite_args_name_the_readme_targets():
     targets = [args[i + 1] for i, a in enumerate(args) if a == "--target"]
     assert targets == ["reference", "reference:nodes=3", "kafka-native", "librdkafka-mock:nodes=3", "kfake"]
     scoped = [args[i + 1] for i, a in enumerate(args) if a == "--scoped-target"]
-    assert scoped == ["kafka-native:security=sasl_ssl", "kafka-native:authorizer=standard", "kafka-native:4.1",
-                      "kafka-native:3.9", "testcontainers", "testcontainers:nodes=3"]
+    assert scoped == ["kafka-native:security=sasl_ssl", "kafka-native:authorizer=standard",
+                      "reference:authorizer=standard", "kafka-native:4.1", "kafka-native:3.9", "testcontainers",
+                      "testcontainers:nodes=3"]
     readme = (REPO / "README.md").read_text()
     for spec in targets + scoped:
         assert f"`{spec}`" in readme, f"README does not name the CI target {spec}"

@@ -34,13 +34,18 @@ def is_coordinator(ctx: RequestContext, key: str) -> bool:
 NOT_COORDINATOR_MESSAGE = "This is not the correct coordinator."
 
 
-def share_admin_refusal(ctx: RequestContext, group_id: str) -> tuple[ErrorCode, str | None] | None:
+def share_admin_refusal(ctx: RequestContext, group_id: str, op: Any = None) -> tuple[ErrorCode, str | None] | None:
     """Why Kafka refuses a share-group offsets request before looking at the group (share
-    groups off, empty group id -- checked before placement --, wrong coordinator), or None."""
+    groups off, empty group id -- checked before placement --, no `op` on the group with an
+    authorizer, wrong coordinator), or None."""
+    from reference_impl.handlers._authz import Res, authorized
+
     if not ctx.state.config.share_groups_enabled:
         return ErrorCode.unsupported_version, None
     if not group_id:
         return ErrorCode.invalid_group_id, "The group id is invalid."
+    if op is not None and not authorized(ctx, op, Res.GROUP, group_id):
+        return ErrorCode.group_authorization_failed, None
     if not is_coordinator(ctx, group_id):
         return ErrorCode.not_coordinator, NOT_COORDINATOR_MESSAGE
     return None

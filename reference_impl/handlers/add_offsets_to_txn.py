@@ -14,6 +14,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from reference_impl.handlers._authz import Op, Res, authorized
 from reference_impl.handlers._group_common import NO_THROTTLE, is_coordinator
 from reference_impl.handlers.init_producer_id import legacy_fencing, transactions
 from reference_impl.handlers.registry import RequestContext, handles
@@ -26,7 +27,11 @@ API_KEY = ApiKey.ADD_OFFSETS_TO_TXN
 def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
     tc = transactions(ctx)
     tid = request.transactional_id
-    if tc is None:
+    if not authorized(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, tid):
+        error = ErrorCode.transactional_id_authorization_failed
+    elif not authorized(ctx, Op.READ, Res.GROUP, request.group_id):
+        error = ErrorCode.group_authorization_failed
+    elif tc is None:
         error = ErrorCode.coordinator_not_available
     elif not tid:
         error = ErrorCode.invalid_request

@@ -1,13 +1,14 @@
 """AddPartitionsToTxn (key 24), v0-v5.
 
-v0-v3 come from clients: one transaction; partitions of unknown topics are
-UNKNOWN_TOPIC_OR_PARTITION and internal topics TOPIC_AUTHORIZATION_FAILED (Kafka's
-write authorization never covers them for clients), and then every other partition is
+v0-v3 come from clients: one transaction. Without WRITE on the transactional id every
+partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED; partitions of topics the principal may
+not WRITE, and internal topics, are TOPIC_AUTHORIZATION_FAILED (Kafka's write authorization
+never covers internal topics for clients), of unknown topics UNKNOWN_TOPIC_OR_PARTITION, and then every other partition is
 OPERATION_NOT_ATTEMPTED; otherwise the coordinator's single answer is given to every
 partition (NOT_COORDINATOR on another node; PRODUCER_FENCED as INVALID_PRODUCER_EPOCH
 before v2).
 
-v4+ come from brokers (KIP-890): batches of transactions, each either VerifyOnly
+v4+ come from brokers (KIP-890) and need CLUSTER_ACTION: batches of transactions, each either VerifyOnly
 (per partition NONE, or TRANSACTION_ABORTABLE when the partition is not part of the
 transaction) or an add. An add through v4+ is the implicit add of a TV2 producer
 (recorded as transaction version 2, as Kafka does). Internal topics are allowed.
@@ -25,6 +26,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from reference_impl.handlers._authz import Op, Res, authorized, cluster_action
 from reference_impl.handlers._group_common import NO_THROTTLE, is_coordinator
 from reference_impl.handlers.init_producer_id import legacy_fencing, transactions
 from reference_impl.handlers.registry import RequestContext, handles
@@ -52,7 +54,7 @@ def _transaction_result(
     failed: dict[tuple[str, int], ErrorCode] = {}
     good: list[tuple[str, int]] = []
     for tp in partitions:
-        if client and is_internal(tp[0]):
+        if client and (is_internal(tp[0]) or not authorized(ctx, Op.WRITE, Res.TOPIC, tp[0])):
             failed[tp] = ErrorCode.topic_authorization_failed
         elif registry.partition(tp[0], tp[1]) is None:
             failed[tp] = ErrorCode.unknown_topic_or_partition
@@ -110,6 +112,9 @@ async def _hold_while_markers_pending(ctx: RequestContext, tid: str) -> None:
 @handles(API_KEY, 0, 5)
 async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
     if ctx.api_version < 4:
+        if not authorized(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, request.v3_and_below_transactional_id):
+            results = dict.fromkeys(_requested(request.v3_and_below_topics), ErrorCode.transactional_id_authorization_failed)
+            return ctx.response(throttle_time=NO_THROTTLE, results_by_topic_v3_and_below=_topic_results(ctx, results))
         await _hold_while_markers_pending(ctx, request.v3_and_below_transactional_id)
         results = _transaction_result(
             ctx, request.v3_and_below_transactional_id, int(request.v3_and_below_producer_id),
@@ -117,6 +122,9 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any
             verify_only=False, client=True,
         )
         return ctx.response(throttle_time=NO_THROTTLE, results_by_topic_v3_and_below=_topic_results(ctx, results))
+    if not cluster_action(ctx):  # v4+ is broker-to-broker (KIP-890)
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.cluster_authorization_failed,
+                            results_by_transaction=())
     out = []
     for txn in request.transactions:
         results = _transaction_result(

@@ -10,6 +10,8 @@ or classic group). Lag is high watermark - start offset - records already in a f
 A partition the topic does not have is UNKNOWN_TOPIC_OR_PARTITION here; Kafka 4.4.0 never
 answers such a request (the client times out). An empty group id is INVALID_GROUP_ID here
 (as Alter/DeleteShareGroupOffsets answer it); Kafka 4.4.0 answers UNKNOWN_SERVER_ERROR.
+With an authorizer: DESCRIBE on the group (else the group's GROUP_AUTHORIZATION_FAILED) and
+DESCRIBE on each topic (else its partitions' TOPIC_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from reference_impl.handlers._authz import Op, Res, authorized
 from reference_impl.handlers._group_common import NOT_COORDINATOR_MESSAGE, NO_THROTTLE, is_coordinator
 from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.model.share_group import UNKNOWN_PARTITION_MESSAGE
@@ -52,6 +55,9 @@ def _describe_partition(ctx: RequestContext, group_id: str, topic: Any, index: i
 
 
 def _topic(ctx: RequestContext, group_id: str, name: str, topic_id: uuid.UUID | None, partitions) -> Any:
+    if not authorized(ctx, Op.DESCRIBE, Res.TOPIC, name):
+        return ctx.nested("DescribeShareGroupOffsetsResponseTopic", topic_name=name, topic_id=None, partitions=tuple(
+            _partition(ctx, int(p), error=ErrorCode.topic_authorization_failed) for p in partitions))
     topic = ctx.state.topics.by_id(topic_id)
     return ctx.nested("DescribeShareGroupOffsetsResponseTopic", topic_name=name, topic_id=topic_id, partitions=tuple(
         _describe_partition(ctx, group_id, topic, int(p)) for p in partitions))
@@ -62,6 +68,9 @@ def _group(ctx: RequestContext, request_group: Any) -> Any:
     if not group_id:
         return ctx.nested("DescribeShareGroupOffsetsResponseGroup", group_id=group_id, topics=(),
                           error_code=ErrorCode.invalid_group_id, error_message=INVALID_GROUP_MESSAGE)
+    if not authorized(ctx, Op.DESCRIBE, Res.GROUP, group_id):
+        return ctx.nested("DescribeShareGroupOffsetsResponseGroup", group_id=group_id, topics=(),
+                          error_code=ErrorCode.group_authorization_failed, error_message=None)
     if not is_coordinator(ctx, group_id):
         return ctx.nested("DescribeShareGroupOffsetsResponseGroup", group_id=group_id, topics=(),
                           error_code=ErrorCode.not_coordinator, error_message=NOT_COORDINATOR_MESSAGE)

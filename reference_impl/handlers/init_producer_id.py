@@ -23,6 +23,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from reference_impl.handlers._authz import Op, Res, authorized
 from reference_impl.handlers._group_common import NO_THROTTLE, is_coordinator, millis
 from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.protocol import payloads
@@ -69,6 +70,8 @@ def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
         if allocator is None:
             return answer(ErrorCode.coordinator_not_available)
         return answer(ErrorCode.none, allocator.generate_producer_id(), 0)
+    if not authorized(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, tid):  # KafkaApis checks first
+        return answer(ErrorCode.transactional_id_authorization_failed)
     if tc is None:
         return answer(ErrorCode.coordinator_not_available)
     if tid == "":

@@ -5,7 +5,9 @@ lookups by topic id in v12+ (ids win over names; unknown ids are UNKNOWN_TOPIC_I
 auto-creation when both the request (v4+) and `auto.create.topics.enable` allow it,
 answered with LEADER_NOT_AVAILABLE for the topic just created; INVALID_TOPIC_EXCEPTION
 for illegal names; only live brokers are listed; partitions whose replicas are all
-down have leader -1 and LEADER_NOT_AVAILABLE.
+down have leader -1 and LEADER_NOT_AVAILABLE. With an authorizer (KafkaApis.getTopicMetadata):
+the all-topics answer lists only topics the principal may DESCRIBE, a named topic without
+DESCRIBE is TOPIC_AUTHORIZATION_FAILED, and auto-creation also needs CREATE on the topic.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from reference_impl.handlers._authz import Op, Res, authorized
 from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.model.topics import (
     CLUSTER_AUTHORIZED_OPERATIONS,
@@ -189,7 +192,8 @@ def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     entries: list[Any] = []
     if all_topics:
         for topic in registry.topics():
-            entries.append(_existing_topic_entry(ctx, topic, topic_ops))
+            if authorized(ctx, Op.DESCRIBE, Res.TOPIC, topic.name):  # the rest is not listed
+                entries.append(_existing_topic_entry(ctx, topic, topic_ops))
         return _response(ctx, tuple(entries), cluster_ops)
 
     ids: list[uuid.UUID] = []
@@ -220,10 +224,16 @@ def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     )
     for name in names:
         topic = registry.get(name)
+        if not authorized(ctx, Op.DESCRIBE, Res.TOPIC, name):
+            entries.append(_topic_entry(ctx, error=ErrorCode.topic_authorization_failed, name=name, topic_id=None,
+                                        internal=is_internal(name), authorized_ops=topic_ops))
+            continue
         if topic is not None:
             entries.append(_existing_topic_entry(ctx, topic, topic_ops))
             continue
-        if allow_auto:
+        if allow_auto and not authorized(ctx, Op.CREATE, Res.TOPIC, name):
+            error = ErrorCode.topic_authorization_failed  # KafkaApis: auto-create needs CREATE
+        elif allow_auto:
             error = registry.auto_create(name)
         else:
             error = ErrorCode.invalid_topic_exception if topic_name_error(name) else ErrorCode.unknown_topic_or_partition

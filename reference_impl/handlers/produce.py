@@ -1,6 +1,8 @@
 """Produce (key 0), v3+ (record batch v2 only).
 
-Per partition, in Kafka's order: unknown topic (UNKNOWN_TOPIC_OR_PARTITION, or
+A transactional batch needs WRITE on the request's transactional id (else the whole
+request is TRANSACTIONAL_ID_AUTHORIZATION_FAILED). Per partition, in Kafka's order: no
+WRITE on the topic (TOPIC_AUTHORIZATION_FAILED); unknown topic (UNKNOWN_TOPIC_OR_PARTITION, or
 UNKNOWN_TOPIC_ID by id in v13+); request-level record checks (exactly one v2 batch,
 zstd only from v7: INVALID_RECORD / CORRUPT_MESSAGE / UNSUPPORTED_COMPRESSION_TYPE);
 acks must be -1, 0 or 1 (INVALID_REQUIRED_ACKS); this node must lead the partition
@@ -25,6 +27,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from reference_impl.handlers._authz import Op, Res, authorized
 from reference_impl.handlers.metadata import node_endpoints, nonzero_uuid, sync_liveness
 from reference_impl.handlers.registry import CloseConnection, RequestContext, handles
 from reference_impl.model.partition_log import LogError
@@ -172,7 +175,10 @@ def handle_produce(ctx: RequestContext, request: Any) -> Any:
 
     outcomes: list[_TopicOutcome] = []
     whole_request_error: ErrorCode | None = None
-    if _has_transactional_records(request) and request.transactional_id is None:
+    if _has_transactional_records(request) and (
+        request.transactional_id is None
+        or not authorized(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, request.transactional_id)
+    ):
         whole_request_error = ErrorCode.transactional_id_authorization_failed
 
     # Kafka keys a produce request by topic-partition: a partition named twice is
@@ -200,6 +206,10 @@ def handle_produce(ctx: RequestContext, request: Any) -> Any:
             out.partitions.append(po)
             if whole_request_error is not None:
                 po.error = whole_request_error
+                continue
+            name = topic.name if topic is not None else t.name
+            if (topic is not None or not by_id) and not authorized(ctx, Op.WRITE, Res.TOPIC, name):
+                po.error = ErrorCode.topic_authorization_failed  # before existence, as Kafka
                 continue
             part = topic.partition(po.index) if topic is not None else None
             if part is None:

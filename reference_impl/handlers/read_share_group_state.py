@@ -8,8 +8,8 @@ answered with no results; without a share coordinator every partition gets
 COORDINATOR_NOT_AVAILABLE; a node that is not the key's coordinator answers
 NOT_COORDINATOR; otherwise the model decides (INVALID_REQUEST for uninitialised state,
 FENCED_LEADER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION, COORDINATOR_LOAD_IN_PROGRESS).
-A read with a new leader epoch records it (one state record). No authorizer, so no
-CLUSTER_AUTHORIZATION_FAILED.
+A read with a new leader epoch records it (one state record). With an authorizer, a
+principal without CLUSTER_ACTION gets CLUSTER_AUTHORIZATION_FAILED for every partition.
 
 The per-partition plumbing shared by the five persister handlers lives here too.
 """
@@ -20,12 +20,14 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
+from reference_impl.handlers._authz import cluster_action
 from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.model.share_coordinator import PersisterResult
 from reference_impl.model.share_state_records import SharePartitionKey, coordinator_key
 from reference_impl.protocol.api_keys import ApiKey
 
 API_KEY = ApiKey.READ_SHARE_GROUP_STATE
+CLUSTER_AUTHORIZATION_MESSAGE = "Cluster authorization failed."  # Errors.CLUSTER_AUTHORIZATION_FAILED
 
 
 def share_coordinator(ctx: RequestContext) -> Any:
@@ -49,8 +51,11 @@ def per_partition(
     topic_result: str,
 ) -> Any:
     """Run `op(coordinator, topic, partition)` for every requested partition and build
-    the response: results grouped by topic id in request order."""
-    if not is_well_formed(request):
+    the response: results grouped by topic id in request order. Without CLUSTER_ACTION (an
+    inter-broker RPC) every partition is CLUSTER_AUTHORIZATION_FAILED, checked first as
+    KafkaApis does."""
+    refused = not cluster_action(ctx)
+    if not refused and not is_well_formed(request):
         return ctx.response(results=())
     coord = share_coordinator(ctx)
     # Kafka keeps one result per (topic, partition): a repeated partition is run again and
@@ -59,7 +64,9 @@ def per_partition(
     for t in request.topics:
         for p in t.partitions:
             key = SharePartitionKey(request.group_id, t.topic_id, int(p.partition))
-            if coord is None:
+            if refused:
+                result = PersisterResult(key, ErrorCode.cluster_authorization_failed, CLUSTER_AUTHORIZATION_MESSAGE)
+            elif coord is None:
                 result = PersisterResult(key, ErrorCode.coordinator_not_available, "Share coordinator is not available.")
             elif t.topic_id is not None and ctx.state.coordinator_for(
                 coordinator_key(request.group_id, t.topic_id, int(p.partition))

@@ -21,6 +21,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from reference_impl.handlers.metadata import nonzero_uuid, sync_liveness
+from reference_impl.handlers._authz import Op, Res, authorized
 from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.handlers.share_fetch import (
     NO_THROTTLE,
@@ -48,6 +49,8 @@ def handle_share_acknowledge(ctx: RequestContext, request: Any) -> Any:
     sync_liveness(ctx)
     if not getattr(ctx.state.config, "share_groups_enabled", True):
         return _error_response(ctx, ErrorCode.unsupported_version, "Share groups are not enabled (share.version).")
+    if not authorized(ctx, Op.READ, Res.GROUP, request.group_id or ""):  # topic READ: share_fetch.resolve
+        return _error_response(ctx, ErrorCode.group_authorization_failed)
     mgr = share_manager(ctx.state)
     now = ctx.now_ms
     mgr.tick(now)

@@ -12,6 +12,9 @@
 * Piggy-backed acknowledgements are applied before acquiring; their outcome is the
   partition's AcknowledgeErrorCode (atomic per partition: INVALID_REQUEST,
   INVALID_RECORD_STATE, ...).
+* Authorization (KIP-932 "Access control"): READ on the group, else top-level
+  GROUP_AUTHORIZATION_FAILED; READ on each topic, else the partition's
+  TOPIC_AUTHORIZATION_FAILED (fetch and acknowledgements alike).
 * Per partition: UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER
   (with the current leader and its endpoint). Records are acquired with
   SharePartition.acquire: max_records (shared by the whole request), max_bytes split evenly
@@ -32,6 +35,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from reference_impl.handlers._authz import Op, Res, authorized
 from reference_impl.handlers.metadata import node_endpoints, nonzero_uuid, sync_liveness
 from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.model import seeded_bugs as bugs
@@ -79,10 +83,13 @@ class PartitionOutcome:
 
 
 def resolve(ctx: RequestContext, topic_id: uuid.UUID | None, partition: int) -> tuple[Any, ErrorCode, tuple[int, int]]:
-    """(PartitionState or None, error, (leader id, leader epoch)) for a share-partition on this node."""
+    """(PartitionState or None, error, (leader id, leader epoch)) for a share-partition on this node;
+    TOPIC_AUTHORIZATION_FAILED without READ on the topic (KafkaApis filters by READ on TOPIC)."""
     topic = ctx.state.topics.by_id(topic_id)
     if topic is None:
         return None, ErrorCode.unknown_topic_id, (-1, -1)
+    if not authorized(ctx, Op.READ, Res.TOPIC, topic.name):
+        return None, ErrorCode.topic_authorization_failed, (-1, -1)
     part = topic.partition(partition)
     if part is None:
         return None, ErrorCode.unknown_topic_or_partition, (-1, -1)
@@ -158,6 +165,8 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> Any:
     sync_liveness(ctx)
     if not getattr(ctx.state.config, "share_groups_enabled", True):
         return _error_response(ctx, ErrorCode.unsupported_version, "Share groups are not enabled (share.version).")
+    if not authorized(ctx, Op.READ, Res.GROUP, request.group_id or ""):
+        return _error_response(ctx, ErrorCode.group_authorization_failed)
     mgr = share_manager(ctx.state)
     now = ctx.now_ms
     mgr.tick(now)

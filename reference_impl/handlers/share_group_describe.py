@@ -6,7 +6,10 @@ coordinate is NOT_COORDINATOR ("This is not the correct coordinator."); the rest
 the model (`state.share_groups.describe`): GROUP_ID_NOT_FOUND for a missing group ("Group g
 not found.") or a classic group id ("Group g is not a share group." in 4.2; 4.4 answers
 "Group g not found."); otherwise state, epochs, assignor "simple" and the members with their
-assignments (topic id, topic name, partitions). Authorized operations are sent only when
+assignments (topic id, topic name, partitions). With an authorizer: no DESCRIBE on the
+group is GROUP_AUTHORIZATION_FAILED, and a group with a member assigned a topic the
+principal may not DESCRIBE is TOPIC_AUTHORIZATION_FAILED with no member (Kafka, DIV-93220).
+Authorized operations are sent only when
 asked for (no authorizer: every group operation), else the null marker -2^31.
 """
 
@@ -16,12 +19,14 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from reference_impl.handlers._authz import Op, Res, authorized
 from reference_impl.handlers._group_common import NOT_COORDINATOR_MESSAGE, NO_THROTTLE, is_coordinator
 from reference_impl.handlers.describe_groups import AUTHORIZED_OPERATIONS_OMITTED, GROUP_AUTHORIZED_OPERATIONS
 from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.protocol.api_keys import ApiKey
 
 API_KEY = ApiKey.SHARE_GROUP_DESCRIBE
+HIDDEN_TOPICS_MESSAGE = "The group has described topic(s) that the client is not authorized to describe."
 
 
 def _error_group(ctx: RequestContext, group_id: str, error: ErrorCode, message: str | None = None) -> Any:
@@ -41,6 +46,14 @@ def _assignment(ctx: RequestContext, partitions) -> Any:
     ))
 
 
+def _topics_describable(ctx: RequestContext, members: Any) -> bool:
+    """Kafka hides a group whose members are assigned a topic the principal may not
+    DESCRIBE (DIV-93220: the KIP's table asks only DESCRIBE on the group)."""
+    names = ctx.state.topics.name_for_id
+    return all(authorized(ctx, Op.DESCRIBE, Res.TOPIC, names(topic_id) or "")
+               for m in members for topic_id, _ in m.assignment)
+
+
 @handles(API_KEY, 1, 1)
 def handle_share_group_describe(ctx: RequestContext, request) -> object:
     if not ctx.state.config.share_groups_enabled:
@@ -52,12 +65,18 @@ def handle_share_group_describe(ctx: RequestContext, request) -> object:
     valid = [g for g in request.group_ids if g]
     described = [_error_group(ctx, g or "", ErrorCode.invalid_group_id) for g in invalid]
     for group_id in valid:
+        if not authorized(ctx, Op.DESCRIBE, Res.GROUP, group_id):
+            described.append(_error_group(ctx, group_id, ErrorCode.group_authorization_failed))
+            continue
         if not is_coordinator(ctx, group_id):
             described.append(_error_group(ctx, group_id, ErrorCode.not_coordinator, NOT_COORDINATOR_MESSAGE))
             continue
         (d,) = ctx.state.share_groups.describe([group_id], ctx.now_ms)
         if d.error != ErrorCode.none:
             described.append(_error_group(ctx, group_id, d.error, d.error_message))
+            continue
+        if not _topics_describable(ctx, d.members):
+            described.append(_error_group(ctx, group_id, ErrorCode.topic_authorization_failed, HIDDEN_TOPICS_MESSAGE))
             continue
         described.append(ctx.nested(
             "DescribedGroup",

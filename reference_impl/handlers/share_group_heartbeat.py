@@ -3,6 +3,8 @@
 Order of checks, as Kafka 4.2/4.4 answer (observed on kafka-native):
 
 1. share groups off (finalized share.version < 1) -> UNSUPPORTED_VERSION;
+1b. no READ on the group -> GROUP_AUTHORIZATION_FAILED; no DESCRIBE on a subscribed topic ->
+   TOPIC_AUTHORIZATION_FAILED (Kafka's addition to the KIP, DIV-93220);
 2. an empty member id -> INVALID_REQUEST without a message (v1: the client generates the id);
 3. the coordinator service's request validation (blank member/group/rack id, epoch 0 without
    subscriptions, epoch < -1) -> INVALID_REQUEST with Kafka's message, on any node;
@@ -23,6 +25,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from reference_impl.handlers._authz import Op, Res, authorized
 from reference_impl.handlers._group_common import NO_THROTTLE, client_host, is_coordinator
 from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.model.share_group import JOIN_GROUP_MEMBER_EPOCH, LEAVE_GROUP_MEMBER_EPOCH
@@ -53,6 +56,16 @@ def request_error(request: Any) -> tuple[ErrorCode, str | None] | None:
     return None
 
 
+def authorization_error(ctx: RequestContext, request: Any) -> ErrorCode | None:
+    """KafkaApis.handleShareGroupHeartbeatRequest: READ on the group, then (Kafka, not the
+    KIP's table: DIV-93220) DESCRIBE on every subscribed topic."""
+    if not authorized(ctx, Op.READ, Res.GROUP, request.group_id or ""):
+        return ErrorCode.group_authorization_failed
+    if any(not authorized(ctx, Op.DESCRIBE, Res.TOPIC, t) for t in request.subscribed_topic_names or ()):
+        return ErrorCode.topic_authorization_failed
+    return None
+
+
 def _error(ctx: RequestContext, error: ErrorCode, message: str | None = None) -> Any:
     return ctx.response(
         throttle_time=NO_THROTTLE, error_code=error, error_message=message, member_id=None,
@@ -64,6 +77,9 @@ def _error(ctx: RequestContext, error: ErrorCode, message: str | None = None) ->
 def handle_share_group_heartbeat(ctx: RequestContext, request) -> object:
     if not ctx.state.config.share_groups_enabled:
         return _error(ctx, ErrorCode.unsupported_version)
+    refused = authorization_error(ctx, request)
+    if refused is not None:
+        return _error(ctx, refused)
     invalid = request_error(request)
     if invalid is not None:
         return _error(ctx, *invalid)

@@ -1,7 +1,8 @@
 """WriteTxnMarkers (key 27), v1-v2 (Kafka 4 removed v0).
 
-Sent by a transaction coordinator to partition leaders; accepted from anyone (the
-reference has no ACLs). Each marker appends one COMMIT/ABORT control batch per listed
+Sent by a transaction coordinator to partition leaders: needs CLUSTER_ACTION on the
+cluster (KafkaApis.handleWriteTxnMarkersRequest answers CLUSTER_AUTHORIZATION_FAILED for
+every partition otherwise, writing nothing). Each marker appends one COMMIT/ABORT control batch per listed
 partition to the local partition log: UNKNOWN_TOPIC_OR_PARTITION for partitions that
 do not exist (the reference has no `__consumer_offsets` topic, so offsets partitions
 are unknown here), NOT_LEADER_OR_FOLLOWER on a node that does not lead the partition,
@@ -14,6 +15,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from reference_impl.handlers._authz import cluster_action
 from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.model.partition_log import LogError
 from reference_impl.protocol import payloads
@@ -29,8 +31,13 @@ def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
     now = ctx.now_ms
     # producer id -> topic -> [(partition, error)]
     results: dict[int, dict[str, list[tuple[int, ErrorCode]]]] = {}
+    allowed = cluster_action(ctx)
     for marker in request.markers:
         pid = int(marker.producer_id)
+        if not allowed:
+            results[pid] = {t.name: [(int(i), ErrorCode.cluster_authorization_failed) for i in t.partition_indexes]
+                            for t in marker.topics}
+            continue
         control = ControlType.COMMIT if marker.transaction_result else ControlType.ABORT
         per_topic = results.setdefault(pid, {})
         for topic in marker.topics:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from reference_impl.model import txn_roundtrip
+from reference_impl.model.acls import AclStore, AuthorizerConfig
 from reference_impl.model.clock import Clock
 from reference_impl.model.seeded_bugs import NO_BUGS, SeededBugs
 from reference_impl.model.share_partition_config import SharePartitionConfig
@@ -78,6 +79,9 @@ class BrokerConfig:
     # Deliberate bugs (reference:bug=NAME, conformance.power); the same set is in the
     # transaction, share-partition and log configs the aggregates read.
     seeded_bugs: SeededBugs = NO_BUGS
+    # authorizer.class.name / super.users and the SASL/PLAIN users of the listener; off by
+    # default (reference:authorizer=standard turns it on, model/acls.py).
+    authorizer: AuthorizerConfig = field(default_factory=AuthorizerConfig)
 
     @property
     def share_groups_enabled(self) -> bool:
@@ -109,6 +113,7 @@ class ReferenceState:
         self.clock = clock
         self.config = config or BrokerConfig()
         self.alive: set[int] = set(self.nodes)
+        self.acls = AclStore(self.config.authorizer)  # cluster metadata: one store for every node
         self.topics = TopicRegistry(sorted(self.nodes), clock, self.config)
         self.topics.producer_state_factory = lambda topic, partition: ProducerStateManager(self.config)
         self.groups = GroupCoordinator(sorted(self.nodes), clock, self.config)

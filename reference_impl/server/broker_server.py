@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from kio.schema.errors import ErrorCode
 
 from reference_impl import handlers as _handlers  # noqa: F401  (registers every API handler)
+from reference_impl.handlers._authz import PRINCIPAL
 from reference_impl.handlers.api_versions import unsupported_version_response
 from reference_impl.handlers.registry import CloseConnection, RequestContext, lookup
 from reference_impl.model.broker_state import BrokerConfig, NodeEndpoint, ReferenceState
@@ -31,6 +32,7 @@ log = logging.getLogger("kipcheck.broker")
 _CLOSE = object()  # answer: close this connection
 _NO_RESPONSE = object()  # answer: nothing to send (Produce with acks=0)
 _DROPPED = object()  # answer: a fault hook dropped the request; close without answering
+_BEFORE_AUTHENTICATION = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 
 
 class RequestHook(Protocol):
@@ -244,6 +246,9 @@ class ReferenceCluster:
             # Kafka cannot parse a request of an unknown key/version and closes the channel.
             log.warning("node %s: closing on unsupported api_key=%s version=%s", conn.node_id, api_key, api_version)
             return _CLOSE
+        if not self._may_serve(conn, api_key):
+            log.warning("node %s: closing: api_key=%s before SASL authentication", conn.node_id, api_key)
+            return _CLOSE
         try:
             request = framing.decode_request(frame, strict=False)
         except (framing.PayloadDecodeError, framing.UnsupportedApi) as exc:
@@ -282,6 +287,14 @@ class ReferenceCluster:
             self.stats["handler_errors"] += 1
             log.exception("node %s: response to api_key=%s v%s does not encode", conn.node_id, api_key, api_version)
             return _CLOSE
+
+
+    def _may_serve(self, conn: _Connection, api_key: int) -> bool:
+        """On a SASL listener (authorizer on) only ApiVersions and the SASL exchange come
+        before authentication; Kafka's SaslServerAuthenticator closes the channel on any
+        other request (IllegalSaslStateException)."""
+        return (not self.state.config.authorizer.enabled or PRINCIPAL in conn.state
+                or api_key in _BEFORE_AUTHENTICATION)
 
 
 def _bind(host: str, port: int) -> socket.socket:
