@@ -83,6 +83,22 @@ def _commit_after_restart(target, tid: str, pid: int, epoch: int) -> tuple[int |
             time.sleep(0.1)
 
 
+def stable_after_restart(target, topic: str, partition: int, at_least: int = 0) -> tuple[int, int]:
+    """wait_stable through a restarting leader: until it serves the partition again its
+    ListOffsets answers NOT_LEADER_OR_FOLLOWER (seen on testcontainers under CI load), so
+    the metadata and the leader are looked up again until RESOLVE_WAIT_S has passed."""
+    deadline = time.monotonic() + RESOLVE_WAIT_S
+    while True:
+        try:
+            with wire_ops.cluster_client(target) as cc:
+                left = max(1.0, deadline - time.monotonic())
+                return wait_stable(cc.leader_for(topic, partition), topic, partition, at_least=at_least, timeout_s=left)
+        except (RuntimeError, LookupError, OSError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def open_transactions_crash_scenario(target, unique) -> dict[str, Any]:
     topic = unique.topic()
     obs: dict[str, Any] = {}
@@ -99,8 +115,8 @@ def open_transactions_crash_scenario(target, unique) -> dict[str, Any]:
     target.kill_node(node)  # NotSupportedByTarget where the target cannot
     target.restart_node(node)
     obs["commit"], obs["retriable_seen"] = _commit_after_restart(target, long_tid, long_pid, long_epoch)
+    obs["stable"] = {p: stable_after_restart(target, topic, p) for p in PARTS}
     with wire_ops.cluster_client(target) as cc:
-        obs["stable"] = {p: wait_stable(cc.leader_for(topic, p), topic, p, timeout_s=RESOLVE_WAIT_S) for p in PARTS}
         obs["committed_after"] = {p: committed_values(cc, topic, p) for p in PARTS}
     return obs
 
@@ -177,8 +193,8 @@ def aborted_inside_scenario(target, unique) -> dict[str, Any]:
         leader = int(next(x.leader_id for x in wire_ops.topic_ids(cc, topic).partitions if x.partition_index == 0))
     target.kill_node(leader)  # NotSupportedByTarget where the target cannot
     target.restart_node(leader)
+    stable_after_restart(target, topic, 0, at_least=13)
     with wire_ops.cluster_client(target) as cc:
-        wait_stable(cc.leader_for(topic, 0), topic, 0, at_least=13, timeout_s=RESOLVE_WAIT_S)
         for start in (0, 5):
             for max_bytes in (1 << 20, 1):  # 1 byte: one batch per answer (KIP-74)
                 obs[(start, max_bytes)] = read_committed_from(cc, topic, 0, start, max_bytes)
