@@ -99,7 +99,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         metavar=("SPEC", "PATHS"),
         help="also run SPEC, but only for tests under PATHS (comma-separated paths relative to the "
-        "rootdir, e.g. conformance/suites/protocol,conformance/suites/kip98); repeatable",
+        "rootdir, e.g. conformance/suites/protocol,conformance/suites/kip98; a path written !PATH is "
+        "left out, and PATHS of only such paths mean everything else); repeatable",
     )
     group.addoption(
         "--kipcheck-results",
@@ -180,25 +181,41 @@ def selected_specs(config: pytest.Config) -> list[TargetSpec]:
     return specs
 
 
-def scoped_paths(config: pytest.Config) -> list[tuple[str, tuple[Path, ...]]]:
-    """``--scoped-target SPEC PATHS``: (spec text, absolute path prefixes) pairs."""
+@dataclass(frozen=True)
+class Scope:
+    """The tests a scoped target runs: those under an included path (every test when none
+    is named) and under no excluded one."""
+
+    included: tuple[Path, ...]
+    excluded: tuple[Path, ...] = ()
+
+    def covers(self, test_path: Path) -> bool:
+        path = test_path.resolve()
+        return (not self.included or _under(path, self.included)) and not _under(path, self.excluded)
+
+
+def _under(path: Path, prefixes: tuple[Path, ...]) -> bool:
+    return any(path == p or p in path.parents for p in prefixes)
+
+
+def scoped_paths(config: pytest.Config) -> list[tuple[str, Scope]]:
+    """``--scoped-target SPEC PATHS``: (spec text, scope) pairs; ``!PATH`` excludes."""
     root = Path(str(config.rootpath))
     out = []
     for text, paths in config.getoption("kipcheck_scoped_targets") or ():
-        prefixes = tuple((root / p.strip()).resolve() for p in paths.split(",") if p.strip())
-        if not prefixes:
+        entries = [p.strip() for p in paths.split(",") if p.strip().lstrip("!")]
+        if not entries:
             raise pytest.UsageError(f"kipcheck: --scoped-target {text} needs at least one path")
-        out.append((text.strip(), prefixes))
+        included = tuple((root / p).resolve() for p in entries if not p.startswith("!"))
+        excluded = tuple((root / p[1:].strip()).resolve() for p in entries if p.startswith("!"))
+        out.append((text.strip(), Scope(included, excluded)))
     return out
 
 
-def _in_scope(spec: TargetSpec, test_path: Path, scopes: dict[str, tuple[Path, ...]]) -> bool:
-    """A scoped target runs only the tests under its paths; other targets run everything."""
-    prefixes = scopes.get(spec.raw)
-    if prefixes is None:
-        return True
-    path = test_path.resolve()
-    return any(path == p or p in path.parents for p in prefixes)
+def _in_scope(spec: TargetSpec, test_path: Path, scopes: dict[str, Scope]) -> bool:
+    """A scoped target runs only the tests its scope covers; other targets run everything."""
+    scope = scopes.get(spec.raw)
+    return scope is None or scope.covers(test_path)
 
 
 def worker_id(config: pytest.Config) -> str:
@@ -485,7 +502,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             names = [n.strip() for n in names.split(",")]
         if "target" in names:
             return  # the test parametrizes target itself
-    scopes = {text: prefixes for text, prefixes in scoped_paths(metafunc.config)}
+    scopes = dict(scoped_paths(metafunc.config))
     specs = [s for s in _state(metafunc.config).specs if _in_scope(s, Path(str(metafunc.definition.path)), scopes)]
     metafunc.parametrize("target", specs, indirect=True, ids=[s.raw for s in specs], scope="session")
 

@@ -210,6 +210,26 @@ def test_x(target):
     result.stdout.fnmatch_lines(["*test_in.py::test_x?kafka-native:9.9? PASSED*"])
     assert "test_out.py::test_x[kafka-native:9.9]" not in result.stdout.str()
 
+
+def test_scoped_target_leaves_out_the_paths_marked_with_a_bang(kc):
+    """`!PATH` leaves a path out (CI runs Kafka's own crash tests on containers only); a
+    scope of exclusions alone covers everything else."""
+    body = """
+import pytest
+
+@pytest.mark.requirement("TEST.A.001")
+def test_x(target):
+    pass
+"""
+    suite(kc, "test_in", body)
+    suite(kc, "test_out", body)
+    result = run(kc, "--target", "reference", "--scoped-target", "kafka-native:9.9", "!conformance/suites/test_out.py", "-v")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["*test_in.py::test_x?kafka-native:9.9? PASSED*"])
+    assert "test_out.py::test_x[kafka-native:9.9]" not in result.stdout.str()
+    only_bangs = run(kc, "--target", "reference", "--scoped-target", "kafka-native:9.9", "!", "-v")
+    assert only_bangs.ret == pytest.ExitCode.USAGE_ERROR
+
 # -- target parametrization and lifecycle -------------------------------------------------------------
 
 TWO_TESTS = """
