@@ -48,7 +48,7 @@ from typing import Any
 
 import pytest
 
-from fixtures.target import KINDS, NotSupportedByTarget, Target, TargetError, TargetSpec, parse_target_spec
+from fixtures.target import CLUSTER_KINDS, KINDS, NotSupportedByTarget, Target, TargetError, TargetSpec, parse_target_spec
 
 from conformance import deadlines, evidence
 from conformance.differential import Differential, UniqueIds, safe_name
@@ -240,6 +240,22 @@ def _stop_quietly(target: Target | None) -> None:
             pass
 
 
+def _describe_entry(entry: "_PoolEntry") -> dict[str, Any]:
+    row: dict[str, Any] = {"spec": entry.spec.raw, "kind": entry.spec.kind}
+    if entry.target is not None:
+        try:
+            row["describe"] = entry.target.describe()
+        except Exception as exc:  # noqa: BLE001
+            row["describe"] = {"error": f"{type(exc).__name__}: {exc}"}
+        try:
+            row["capabilities"] = entry.target.capabilities().to_dict()
+        except Exception as exc:  # noqa: BLE001
+            row["capabilities"] = {"error": f"{type(exc).__name__}: {exc}"}
+    row["start_error"] = None if entry.error is None else f"{type(entry.error).__name__}: {entry.error}"
+    row["skip_reason"] = entry.skip_reason
+    return row
+
+
 @dataclass
 class _PoolEntry:
     spec: TargetSpec
@@ -256,6 +272,7 @@ class TargetPool:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self._entries: dict[str, _PoolEntry] = {}
+        self._retired: dict[str, dict[str, Any]] = {}
         self._lock = threading.RLock()
 
     def get(self, spec: TargetSpec | str) -> Target:
@@ -308,22 +325,21 @@ class TargetPool:
     def entries(self) -> list[_PoolEntry]:
         return list(self._entries.values())
 
+    def retire(self, spec: TargetSpec) -> None:
+        """Stop a running target this process is done with for now (affinity scheduling,
+        conformance/scheduling.py); its description is kept for the report, and a later
+        test that needs it starts it again. A target that failed to start stays failed."""
+        with self._lock:
+            entry = self._entries.get(spec.raw)
+            if entry is None or entry.target is None:
+                return
+            self._retired[spec.raw] = _describe_entry(entry)
+            del self._entries[spec.raw]
+        _stop_quietly(entry.target)
+
     def describe_all(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for entry in self.entries():
-            row: dict[str, Any] = {"spec": entry.spec.raw, "kind": entry.spec.kind}
-            if entry.target is not None:
-                try:
-                    row["describe"] = entry.target.describe()
-                except Exception as exc:  # noqa: BLE001
-                    row["describe"] = {"error": f"{type(exc).__name__}: {exc}"}
-                try:
-                    row["capabilities"] = entry.target.capabilities().to_dict()
-                except Exception as exc:  # noqa: BLE001
-                    row["capabilities"] = {"error": f"{type(exc).__name__}: {exc}"}
-            row["start_error"] = None if entry.error is None else f"{type(entry.error).__name__}: {entry.error}"
-            row["skip_reason"] = entry.skip_reason
-            out[entry.spec.raw] = row
+        out: dict[str, Any] = dict(self._retired)
+        out.update((entry.spec.raw, _describe_entry(entry)) for entry in self.entries())
         return out
 
     def stop_all(self) -> list[str]:
@@ -554,6 +570,7 @@ def pytest_handlecrashitem(crashitem: str, report: Any, sched: Any) -> None:
         state.worker_crashes.append(f"a worker crashed running {crashitem}")
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own fixture-driven reordering, which would undo spread_slow
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """target_kinds(*kinds): tests whose target is of another kind are skipped.
     Registered deviations (conformance/deviations.yaml): the matching test on the named
@@ -754,8 +771,48 @@ def pytest_runtest_call(item: pytest.Item):
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
-    with _phase_deadline(item, "teardown"):
-        return (yield)
+    try:
+        with _phase_deadline(item, "teardown"):
+            return (yield)
+    finally:
+        _retire_if_done(item, nextitem)
+
+
+def _retire_if_done(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Under target-affinity scheduling a cluster target's tests reach a worker as one unit:
+    when the next test is on another target, the unit is done and its brokers go."""
+    if nextitem is None or not _affinity_scheduled(item.config):
+        return
+    spec = _item_spec(item)
+    if spec is None or spec.kind not in CLUSTER_KINDS:
+        return
+    following = _item_spec(nextitem)
+    if following is None or following.raw != spec.raw:
+        _state(item.config).pool.retire(spec)
+
+
+_AFFINITY_KEY = "kipcheck_target_affinity"
+
+
+def _affinity_scheduled(config: pytest.Config) -> bool:
+    """On a worker (whose own `dist` option xdist sets to "no"): told by the controller."""
+    return bool(getattr(config, "workerinput", {}).get(_AFFINITY_KEY))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    node.workerinput[_AFFINITY_KEY] = node.config.getoption("dist", None) == "loadscope"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any):
+    """`--dist loadscope`: target-affinity scheduling (conformance/scheduling.py)."""
+    if config.getoption("dist", None) != "loadscope":
+        return None
+    from conformance.scheduling import TargetAffinityScheduling
+
+    clusters = [s.raw for s in _state(config).specs if s.kind in CLUSTER_KINDS]
+    return TargetAffinityScheduling(config, log, clusters)
 
 
 def _allure_active(config: pytest.Config) -> bool:

@@ -117,7 +117,7 @@ def _inject_heal(nemesis: Any, target: Any, spec: FaultSpec, producer: LiveProdu
         producer.close()
 
 
-@pytest.mark.parametrize("kind", ["kill", "stop", "pause", "bounce", "restart", "isolate"])
+@pytest.mark.parametrize("kind", ["kill", "pause", "isolate", *(pytest.param(k, marks=pytest.mark.nightly) for k in ("stop", "bounce", "restart"))])
 def test_process_fault_bites_and_heals(live, kind):
     producer = LiveProducer(live.network.client_config(), live.topic)
     record = _inject_heal(ProcessNemesis(seed=1), live.target, live.leader(kind), producer)

@@ -61,3 +61,17 @@ def test_containerized_suites_run_on_one_and_three_brokers():
     nightly = (REPO / ".github" / "workflows" / "containers-nightly.yml").read_text()
     assert '"testcontainers", "testcontainers:nodes=3"' in nightly and "cron:" in nightly
     assert all(s in nightly for s in four)
+
+
+def test_nightly_marked_tests_leave_ci_for_the_nightly_workflow():
+    """Long variants marked `nightly` are deselected by .ci/run and run by tests-nightly.yml."""
+    args = _suite_args()
+    assert args[args.index("-m") + 1] == "not nightly"
+    nightly = (REPO / ".github" / "workflows" / "tests-nightly.yml").read_text()
+    assert "pytest -m nightly" in nightly and "cron:" in nightly
+
+
+def test_ci_schedules_cluster_targets_by_affinity():
+    """conformance/scheduling.py: `--dist loadscope` in scope order (slow tests first)."""
+    args = _suite_args()
+    assert args[args.index("--dist") + 1] == "loadscope" and "--no-loadscope-reorder" in args

@@ -34,7 +34,8 @@ INCREMENTAL_ALTER_CONFIGS, GROUP_RESOURCE, SET = ApiKey.INCREMENTAL_ALTER_CONFIG
 CLOSE_REDELIVERY_COUNT = {2: 2, 1: 1}  # share RPC version (4.4 / 4.1) -> observed count
 
 
-@pytest.fixture(scope="module", params=list(SPECS), ids=["kafka-4.4", "kafka-4.1"])
+@pytest.fixture(scope="module", params=[pytest.param("kafka-native", id="kafka-4.4"),
+                                        pytest.param("kafka-native:4.1", id="kafka-4.1", marks=pytest.mark.nightly)])
 def kafka(request):
     with create_target(request.param) as target:
         target.share_rpc_version = SPECS[request.param]  # type: ignore[attr-defined]

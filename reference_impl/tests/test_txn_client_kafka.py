@@ -39,7 +39,8 @@ SPECS = {"kafka-native": 2, "kafka-native:3.9": 1}  # spec -> transaction versio
 UNSTABLE_OFFSET_COMMIT = ErrorCode.unstable_offset_commit
 
 
-@pytest.fixture(scope="module", params=list(SPECS), ids=["kafka-4.4-tv2", "kafka-3.9-tv1"])
+@pytest.fixture(scope="module", params=[pytest.param("kafka-native", id="kafka-4.4-tv2"),
+                                        pytest.param("kafka-native:3.9", id="kafka-3.9-tv1", marks=pytest.mark.nightly)])
 def kafka(request):
     with create_target(request.param) as target:
         target.expected_tv = SPECS[request.param]  # type: ignore[attr-defined]

@@ -36,6 +36,7 @@ def pure_found(table) -> set[tuple[str, str, int]]:
     return {(v["rule_id"], v["entity"], v["seq"]) for v in check_table(table)}
 
 
+@pytest.mark.nightly  # .ci/run: the standalone-cluster test checks a synthetic trace against the pure engine
 def test_spark_and_pure_find_exactly_the_injected_anomalies(spark, tmp_path):
     """The CLI on Spark (as a user runs it; reuses the module's session) against the pure
     checker on a synthetic trace with every anomaly kind."""

@@ -62,6 +62,7 @@ def test_parity_on_hand_made_traces_with_noise_and_json(spark, tmp_path) -> None
     assert result["noise"]
 
 
+@pytest.mark.nightly  # .ci/run: the standalone-cluster test diffs a synthetic trace against the pure engine
 def test_parity_on_a_synthetic_trace_finds_exactly_the_injected_differences(spark, tmp_path) -> None:
     a_dir, b_dir, expected = trace_diff_bench.make_traces(str(tmp_path), 2500, seed=3)
     rows, _ = both(spark, a_dir, b_dir, with_json=False)

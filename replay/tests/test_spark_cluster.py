@@ -62,6 +62,7 @@ def _key(r: dict) -> tuple:
 
 
 @pytest.mark.deadline(2700)  # venv (cached), cluster start, two submits: minutes each on shared cores
+@pytest.mark.slow(5)  # the suite's longest test: started first, so it is not the run's tail
 def test_check_and_diff_on_a_standalone_cluster_equal_the_pure_engine(tmp_path) -> None:
     exec_py = executor_venv()
     probe = subprocess.run([exec_py, "-c", "import replay"], capture_output=True, text=True, cwd="/", timeout=120,

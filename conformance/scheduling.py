@@ -1,0 +1,52 @@
+"""Target-affinity scheduling for pytest-xdist: `--dist loadscope` under the kipcheck plugin.
+
+Under `--dist loadfile` a worker runs every target of each file it gets, so each of the 4
+workers ends up holding its own Kafka JVMs for every JVM-backed target (30+ brokers on a
+2-core machine, each ~3% of a core while idle, held to the end of the session). Here a test
+on a JVM-backed target (kafka-native, testcontainers) is scheduled with the other tests of
+the same target and suite bucket, so only a few workers start each cluster, and the worker
+stops it once that unit of work is done (`TargetPool.retire`). Every other test is
+scheduled by file, as loadfile does. Scopes are handed out in collection order
+(`--no-loadscope-reorder`), where `slow`-marked tests come first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from xdist.scheduler import LoadScopeScheduling
+
+# The KIP-932 suite is the largest on every cluster target: a bucket of its own lets two
+# workers share a target's work (two clusters of it, not one per worker).
+_OWN_BUCKET_SUITES = ("kip932",)
+
+
+def cluster_spec_of(nodeid: str, cluster_specs: Sequence[str]) -> str | None:
+    """The JVM-backed target a test id runs on: one of `cluster_specs` between the
+    brackets, alone or joined to other parameter ids with "-" (pytest's id scheme)."""
+    if not nodeid.endswith("]") or "[" not in nodeid:
+        return None
+    params = nodeid[nodeid.index("[") + 1:-1]
+    for spec in sorted(cluster_specs, key=len, reverse=True):
+        if params == spec or params.startswith(f"{spec}-") or params.endswith(f"-{spec}") or f"-{spec}-" in params:
+            return spec
+    return None
+
+
+def scope_of(nodeid: str, cluster_specs: Sequence[str]) -> str:
+    path = nodeid.split("::", 1)[0]
+    spec = cluster_spec_of(nodeid, cluster_specs)
+    if spec is None:
+        return path
+    parts = path.split("/")
+    suite = parts[2] if len(parts) > 3 and parts[:2] == ["conformance", "suites"] else ""
+    return f"{spec}|{suite if suite in _OWN_BUCKET_SUITES else 'other'}"
+
+
+class TargetAffinityScheduling(LoadScopeScheduling):
+    def __init__(self, config, log=None, cluster_specs: Iterable[str] = ()) -> None:
+        super().__init__(config, log)
+        self.cluster_specs = tuple(cluster_specs)
+
+    def _split_scope(self, nodeid: str) -> str:
+        return scope_of(nodeid, self.cluster_specs)

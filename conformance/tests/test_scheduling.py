@@ -1,0 +1,74 @@
+"""Target-affinity scheduling (conformance/scheduling.py): which unit of work a test id
+belongs to, and a cluster target started once per unit and stopped when the unit is done."""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.scheduling import cluster_spec_of, scope_of
+from conformance.tests.test_plugin import kc, run, suite  # noqa: F401 - kc is a fixture
+
+pytest_plugins = ("pytester",)
+
+CLUSTERS = ("kafka-native", "kafka-native:4.1", "testcontainers:nodes=3")
+
+
+@pytest.mark.parametrize("nodeid, scope", [
+    ("conformance/suites/kip932/test_locks.py::test_x[testcontainers:nodes=3]", "testcontainers:nodes=3|kip932"),
+    ("conformance/suites/kip98/test_fencing.py::test_x[kafka-native]", "kafka-native|other"),
+    ("conformance/suites/protocol/test_metadata.py::test_x[kafka-native:4.1]", "kafka-native:4.1|other"),
+    ("conformance/suites/kip98/test_fencing.py::test_x[kafka-native-tv2]", "kafka-native|other"),
+    ("conformance/suites/kip98/test_fencing.py::test_x[tv2-kafka-native:4.1]", "kafka-native:4.1|other"),
+    ("conformance/suites/kip98/test_fencing.py::test_x[reference]", "conformance/suites/kip98/test_fencing.py"),
+    ("conformance/suites/kip98/test_fencing.py::test_x[kafka-native:3.9]", "conformance/suites/kip98/test_fencing.py"),
+    ("chaos/tests/test_faults_live.py::test_y[kafka-native:4.4:nodes=3-kill]", "chaos/tests/test_faults_live.py"),
+    ("replay/tests/test_replay.py::test_z", "replay/tests/test_replay.py"),
+])
+def test_scope_is_the_cluster_target_and_suite_bucket_or_else_the_file(nodeid, scope):
+    assert scope_of(nodeid, CLUSTERS) == scope
+
+
+def test_the_longest_matching_spec_wins():
+    assert cluster_spec_of("a.py::t[kafka-native:4.1]", CLUSTERS) == "kafka-native:4.1"
+    assert cluster_spec_of("a.py::t[kafka-native]", CLUSTERS) == "kafka-native"
+    assert cluster_spec_of("a.py::t", CLUSTERS) is None
+
+
+TWO_TESTS = """
+from pathlib import Path
+
+import pytest
+
+LOG = Path(__file__).parents[2] / "lifecycle.log"
+
+
+@pytest.mark.requirement("TEST.A.001")
+@pytest.mark.parametrize("n", [1, 2])
+def test_a(target, n):
+    with LOG.open("a") as fh:
+        fh.write(f"run {target.name}\\n")
+"""
+
+
+def test_a_cluster_target_runs_on_one_worker_as_one_unit(kc):  # noqa: F811
+    """Two files, two workers: a cluster target's tests all go to one worker, so it starts
+    once, not once per worker that got one of the files."""
+    suite(kc, "test_one", TWO_TESTS)
+    suite(kc, "test_two", TWO_TESTS)
+    result = run(kc, "-n", "2", "--dist", "loadscope", "--no-loadscope-reorder", "--target", "reference",
+                 "--target", "kafka-native:9.9", subprocess=True)
+    result.assert_outcomes(passed=8)
+    log = (kc.path / "lifecycle.log").read_text().splitlines()
+    assert len([line for line in log if line.startswith("start kafka-native")]) == 1, log
+
+
+def test_a_cluster_target_stops_when_its_unit_is_done(kc):  # noqa: F811
+    """The worker stops the cluster after its last test, while other tests still run."""
+    suite(kc, "test_one", TWO_TESTS)
+    suite(kc, "test_two", TWO_TESTS)
+    result = run(kc, "-n", "1", "--dist", "loadscope", "--no-loadscope-reorder", "--target", "kafka-native:9.9",
+                 "--target", "reference", subprocess=True)
+    result.assert_outcomes(passed=8)
+    log = (kc.path / "lifecycle.log").read_text().splitlines()
+    runs = [i for i, line in enumerate(log) if line == "run reference"]
+    assert log.index("stop kafka-native:9.9") < runs[-1], log
