@@ -8,9 +8,8 @@ or delivered), then grants the permission as the super user and sends it again (
 so a target that refuses everything fails as surely as one that checks nothing.
 
 Only targets with an authorizer run these (kafka-native:authorizer=standard,
-reference:authorizer=standard); elsewhere
-acl_ops.require_authorizer answers "not supported by target" naming the setting. The super
-user sets up topics and groups and is the observer of "nothing leaked". Kafka:
+reference:authorizer=standard); elsewhere acl_ops.require_authorizer answers "not supported
+by target" naming the setting. The super user sets up topics and groups and is the observer of "nothing leaked". Kafka:
 KafkaApis.handleShareGroupHeartbeatRequest / handleShareFetchRequest /
 handleShareAcknowledgeRequest / handle*ShareGroupOffsetsRequest, AuthHelper.
 """
@@ -29,8 +28,8 @@ from conformance.acl_ops import (
 )
 from conformance.share_ops import (
     ACCEPT, READ_SHARE_GROUP_STATE, RETRIABLE_COORDINATOR_ERRORS, SHARE_COORDINATOR_KEY_TYPE, SHARE_GROUP_DESCRIBE, E,
-    ShareSession, acquired, eventually, heartbeat, join_share_group, kafka_uuid, leader_epoch, nested, new_member_id, produce_values,
-    require_share_groups, set_group_configs,
+    ShareSession, acquired, eventually, heartbeat, join_share_group, kafka_uuid, leader_epoch, nested, new_member_id,
+    produce_values, require_share_groups, set_group_configs,
 )
 from conformance.suites import require_api
 from conformance.suites.kip98 import create_ready_topic
@@ -59,7 +58,6 @@ class Scene(AclScene):
 
     def leader(self) -> RawClient:
         return self.as_user(self.su.leader_for(self.topic, 0))
-
 
 
 @pytest.fixture

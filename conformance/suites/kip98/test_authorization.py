@@ -10,8 +10,8 @@ a target that refuses everything fails as surely as one that checks nothing. Coo
 and leaders are found as the super user (FindCoordinator needs DESCRIBE itself).
 
 Only targets with an authorizer run these (kafka-native:authorizer=standard,
-reference:authorizer=standard); elsewhere
-acl_ops.require_authorizer answers "not supported by target" naming the setting. Kafka:
+reference:authorizer=standard); elsewhere acl_ops.require_authorizer answers "not supported
+by target" naming the setting. Kafka:
 KafkaApis.handleInitProducerIdRequest, handleAddPartitionsToTxnRequest,
 handleAddOffsetsToTxnRequest, handleProduceRequest, handleWriteTxnMarkersRequest.
 """
@@ -29,8 +29,8 @@ from conformance.acl_ops import (
 )
 from conformance.suites import require_api
 from conformance.suites.kip98 import (
-    COORDINATOR_RETRIABLE, INIT_PRODUCER_ID, add_partitions_to_txn, create_ready_topic, idem_batch, init_producer_id, log_end, produce_v11,
-    require_transactions, values,
+    COORDINATOR_RETRIABLE, INIT_PRODUCER_ID, add_partitions_to_txn, create_ready_topic, idem_batch, init_producer_id,
+    log_end, produce_v11, require_transactions, values,
 )
 from conformance.suites.kip98.test_txn_admin import describe
 from conformance.suites.kip98.test_write_txn_markers import WRITE_TXN_MARKERS, write_markers
@@ -85,7 +85,6 @@ class Scene(AclScene):
         resp = until_allowed(self.init, _txn_refused)
         assert int(resp.error_code) == E.none, resp
         return int(resp.producer_id), int(resp.producer_epoch)
-
 
 
 def _txn_refused(resp: Any) -> bool:
