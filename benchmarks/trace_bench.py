@@ -165,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
                    "Spark check and fixed cost run next to this one's, rows marked [base] / [new]")
     a = p.parse_args(argv)
     baseline = os.path.abspath(a.baseline) if a.baseline else None
+    if baseline and not os.path.isfile(os.path.join(baseline, "replay", "check_cmd.py")):
+        p.error(f"--baseline {a.baseline}: no replay/check_cmd.py there (not a kipcheck checkout)")
     sizes = [int(x) for x in a.sizes.split(",")] if a.sizes else list(QUICK if a.quick else FULL)
     engines, diff_engines = tuple(a.engines.split(",")), tuple(a.diff_engines.split(","))
     base = a.dir or tempfile.mkdtemp(prefix="kipcheck-trace-bench-")

@@ -1,6 +1,7 @@
 """ACL set-up for the authorization suites (issue 14 item 5).
 
-A target with an authorizer (``kafka-native:authorizer=standard``) names a super user, whose
+A target with an authorizer (``kafka-native:authorizer=standard``,
+``reference:authorizer=standard``) names a super user, whose
 clients (``target.client_config()``) create topics and grant ACLs, and unprivileged users
 (``target.acl_principals().users``) that hold nothing until a test grants it. Grants go
 through CreateAcls with confluent-kafka's AdminClient, whose ResourceType / AclOperation
@@ -24,13 +25,19 @@ from confluent_kafka.admin import (
     AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType,
 )
 
-from conformance import client_ops
+from conformance import client_ops, wire_ops
 from fixtures.target import AclPrincipals, Target
+from reference_impl.client.raw_client import RawClient
 
 Op = AclOperation
 Res = ResourceType
 CLUSTER = (ResourceType.BROKER, "kafka-cluster")  # Kafka's CLUSTER resource (code 4), one name
 GRANT_WAIT_S = 20.0
+# Which of AclPrincipals.users a test connects as. RESOURCE_USER gets grants on its own
+# topics and groups only, so every file may share it; a file that grants CLUSTER_ACTION (a
+# cluster-wide grant, which would turn another test's expected refusal into a success) has
+# a user of its own.
+RESOURCE_USER, KIP932_CLUSTER_USER, KIP98_CLUSTER_USER = range(3)
 
 
 def require_authorizer(target: Target) -> AclPrincipals:
@@ -48,6 +55,31 @@ def grant(target: Target, user: str, *acls: tuple[ResourceType, str, AclOperatio
     admin = client_ops.admin(target)  # held until the futures resolve (a dropped handle cancels them)
     for future in admin.create_acls(bindings, request_timeout=timeout_s).values():
         future.result(timeout_s)
+
+
+class AclScene:
+    """The super user's client and the unprivileged user's (`role`, an index into the
+    target's AclPrincipals.users); coordinators and leaders are found as the super user
+    (FindCoordinator needs DESCRIBE itself) and reached as the user through `as_user`."""
+
+    def __init__(self, target: Target, role: int) -> None:
+        self.target, self.user = target, require_authorizer(target).users[role]
+        self.su = wire_ops.cluster_client(target)
+        self.cc = target.cluster_client_as(self.user)
+
+    def as_user(self, node: RawClient) -> RawClient:
+        """The user's connection to the broker the super-user connection `node` points at."""
+        for node_id in self.su.nodes:
+            if self.su.node(node_id) is node:
+                return self.cc.node(node_id)
+        raise LookupError("not a node of the super user's client")
+
+    def grant(self, *acls: tuple[ResourceType, str, AclOperation]) -> None:
+        grant(self.target, self.user, *acls)
+
+    def close(self) -> None:
+        self.cc.close()
+        self.su.close()
 
 
 def until_allowed(call: Callable[[], Any], refused: Callable[[Any], bool], wait_s: float = GRANT_WAIT_S) -> Any:

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
+from conformance import wire_ops
 from fixtures.target import NotSupportedByTarget
 from reference_impl.client.raw_client import ClusterClient, RawClient
 from reference_impl.protocol import framing, payloads
@@ -265,8 +266,9 @@ def produce_values(client: ClusterClient, topic: str, values: list[bytes], parti
     (a 0 timestamp falls to Kafka's time-based retention as soon as the segment rolls, e.g.
     when a new leader takes over); returns its base offset. The leader a broker's metadata
     names may not have applied its leadership yet (several brokers: each replays the metadata
-    log on its own), so NOT_LEADER_OR_FOLLOWER and the like are retried for a while, as a
-    producer would (seen on testcontainers:nodes=3 right after the topic was created)."""
+    log on its own), so a partition without a known leader and NOT_LEADER_OR_FOLLOWER and the
+    like are retried for a while, as a producer would (seen on testcontainers:nodes=3 right
+    after the topic was created)."""
     deadline = time.monotonic() + 15
     while True:
         req = payloads.build(
@@ -274,7 +276,8 @@ def produce_values(client: ClusterClient, topic: str, values: list[bytes], parti
             topic_data=(nested(0, 9, "TopicProduceData", name=topic, partition_data=(
                 nested(0, 9, "PartitionProduceData", index=partition, records=r.build_batch(values, timestamp_ms=int(time.time() * 1000))),)),),
         )
-        resp = client.leader_for(topic, partition).send(req).responses[0].partition_responses[0]
+        leader = wire_ops.leader_eventually(client, topic, partition, max(0.0, deadline - time.monotonic()))
+        resp = leader.send(req).responses[0].partition_responses[0]
         if resp.error_code not in RETRIABLE_LEADER_ERRORS or time.monotonic() > deadline:
             break
         time.sleep(0.2)

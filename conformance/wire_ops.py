@@ -22,6 +22,7 @@ from reference_impl.protocol.api_keys import ApiKey
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.METADATA
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.FIND_COORDINATOR
 JOIN_GROUP, HEARTBEAT, SYNC_GROUP, CREATE_TOPICS = ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT, ApiKey.SYNC_GROUP, ApiKey.CREATE_TOPICS
+TXN_COORDINATOR_KEY_TYPE = 1  # FindCoordinator key type of a transactional id (CoordinatorType.TRANSACTION)
 
 def cluster_client(target: Target) -> ClusterClient:
     """A raw client to every broker, secured as the target's client config says (TLS, SASL);

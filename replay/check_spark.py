@@ -294,6 +294,9 @@ class SparkChecker:
         fetches = F.when(_api(ApiKey.FETCH) & (F.col("status") == "ok"), F.col("batches"))  # read_committed only (_wanted)
         produces = F.when(_api(ApiKey.PRODUCE) & (F.col("status") == "ok") & F.col("transactional_id").isNotNull(),
                           F.col("batches"))
+        # Pruning only: keep the fetched batches that replay_fetch_partition (entity_replay.py)
+        # could flag -- at/after the LSO, or transactional data with no aborted-transactions
+        # entry. It must stay a superset of that function's conditions, or a violation is lost.
         possible = lambda e: ((e["lso"].isNotNull() & (e["lso"] >= 0) & (e["last"] >= e["lso"]))  # noqa: E731
                               | (F.coalesce(e["transactional"], F.lit(False)) & ~F.coalesce(e["control"], F.lit(False))
                                  & ~e["listed"]))

@@ -35,7 +35,9 @@ class ProcessNemesis(TargetInjector):
         nodes = self.nodes_for(spec)
         record = self.start_record(spec, nodes)
         try:
-            evidence = [getattr(self, "_" + spec.kind)(n) for n in nodes]
+            inject = {"kill": self._kill, "stop": self._stop, "pause": self._pause, "bounce": self._bounce,
+                      "restart": self._restart, "isolate": self._isolate}[spec.kind]
+            evidence = [inject(n) for n in nodes]
         except NotSupportedByTarget:
             self.open.remove(record)
             raise
@@ -68,18 +70,11 @@ class ProcessNemesis(TargetInjector):
         return self._down_check(node_id, "killed")
 
     def _stop(self, node_id: int) -> tuple[bool, str]:
-        stop = getattr(self.target, "stop_node", None)
-        if stop is None:
-            raise NotSupportedByTarget(f"{self.target.kind} cannot stop a node cleanly")
-        stop(node_id)
+        self.target.stop_node(node_id)
         return self._down_check(node_id, "stopped")
 
     def _isolate(self, node_id: int) -> tuple[bool, str]:
-        isolate = getattr(self.target, "isolate_node", None)
-        if isolate is None:
-            raise NotSupportedByTarget(
-                f"{self.target.kind} cannot isolate a node in place (use partition or blackhole for a network cut)")
-        isolate(node_id)
+        self.target.isolate_node(node_id)
         return self._down_check(node_id, "isolated")
 
     def _pause(self, node_id: int) -> tuple[bool, str]:

@@ -22,7 +22,8 @@ REPO = SUITES.parents[1]
 
 # Conflicts without an entry: nothing on the wire or in a client shows the reading yet.
 UNDECIDED = {
-    "KIP-932.ACL.004": "a misnamed RPC in the ACL table (ReadShareGroupStateOffsets); no ACL suite yet",
+    "KIP-932.ACL.004": ("a misnamed RPC in the ACL table (ReadShareGroupStateOffsets); the ACL suite checks "
+                        "Read/WriteShareGroupState only, not the summary RPC the name stands for"),
     "KIP-932.GREC.001": "record names of __consumer_offsets records; no suite reads that topic's records",
     "KIP-932.SCOORD.004": "record field widths of __share_group_state; no suite reads that topic's records",
     "KIP-932.METRIC.001": "a JMX bean name; no target exposes JMX to the suite",

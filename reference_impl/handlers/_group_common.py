@@ -7,7 +7,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from reference_impl.handlers._authz import Res, authorized
 from reference_impl.handlers.registry import RequestContext
+from reference_impl.model.acls import Operation
 from reference_impl.model.group_coordinator import NEW_MEMBER_JOIN_TIMEOUT_MS, OffsetCommitEntry
 from reference_impl.protocol import payloads
 
@@ -34,12 +36,12 @@ def is_coordinator(ctx: RequestContext, key: str) -> bool:
 NOT_COORDINATOR_MESSAGE = "This is not the correct coordinator."
 
 
-def share_admin_refusal(ctx: RequestContext, group_id: str, op: Any = None) -> tuple[ErrorCode, str | None] | None:
+def share_admin_refusal(
+    ctx: RequestContext, group_id: str, op: Operation | None = None,
+) -> tuple[ErrorCode, str | None] | None:
     """Why Kafka refuses a share-group offsets request before looking at the group (share
     groups off, empty group id -- checked before placement --, no `op` on the group with an
     authorizer, wrong coordinator), or None."""
-    from reference_impl.handlers._authz import Res, authorized
-
     if not ctx.state.config.share_groups_enabled:
         return ErrorCode.unsupported_version, None
     if not group_id:

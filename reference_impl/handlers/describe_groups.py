@@ -10,14 +10,15 @@ from kio.schema.errors import ErrorCode
 
 from reference_impl.handlers._group_common import NO_THROTTLE, is_coordinator
 from reference_impl.handlers.registry import RequestContext, handles
+from reference_impl.model.acls import Operation, operations_bitfield
 from reference_impl.protocol import payloads
 from reference_impl.protocol.api_keys import ApiKey
 
 API_KEY = ApiKey.DESCRIBE_GROUPS
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
-# Without an authorizer every group operation is allowed: READ(3), DELETE(6), DESCRIBE(8),
-# DESCRIBE_CONFIGS(10), ALTER_CONFIGS(11).
-GROUP_AUTHORIZED_OPERATIONS = sum(1 << op for op in (3, 6, 8, 10, 11))
+# Without an authorizer every group operation is allowed.
+GROUP_AUTHORIZED_OPERATIONS = operations_bitfield((
+    Operation.READ, Operation.DELETE, Operation.DESCRIBE, Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS))
 
 
 def _error_group(ctx: RequestContext, group_id: str, error: ErrorCode, state: str = "", message=None) -> object:

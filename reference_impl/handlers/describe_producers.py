@@ -7,7 +7,8 @@ last sequence (-1 when no batch at the current epoch), last timestamp, coordinat
 epoch (-1 before any marker) and the first offset of its open transaction (-1 if none).
 Followers answer too (they keep producer state); in this single-copy model every replica
 shares the leader's log. Partitions of one topic name are answered under one topic
-entry, in request order. No authorizer, so no TOPIC_AUTHORIZATION_FAILED.
+entry, in request order. Kafka's READ-on-topic check (TOPIC_AUTHORIZATION_FAILED) is not
+modelled: the reference's authorizer (reference:authorizer=standard) is not asked here.
 """
 
 from __future__ import annotations

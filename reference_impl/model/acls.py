@@ -15,6 +15,7 @@ PatternType, org.apache.kafka.common.acl.AclOperation, AclPermissionType).
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 
@@ -53,6 +54,11 @@ class Operation(enum.IntEnum):
     IDEMPOTENT_WRITE = 12
     CREATE_TOKENS = 13
     DESCRIBE_TOKENS = 14
+
+
+def operations_bitfield(ops: Iterable[Operation]) -> int:
+    """The int32 bit field of authorized operations (Kafka's Utils.to32BitField): bit op."""
+    return sum(1 << op for op in set(ops))
 
 
 class Permission(enum.IntEnum):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import AbstractSet, Callable
 
 from reference_impl.model import txn_roundtrip
 from reference_impl.model.acls import AclStore, AuthorizerConfig
@@ -158,15 +158,17 @@ class ReferenceState:
         ids = sorted(self.nodes)
         return ids[stable_hash(key) % len(ids)]
 
-    def coordinator_for(self, key: str) -> int:
+    def coordinator_for(self, key: str, alive: AbstractSet[int] | None = None) -> int:
         """Node coordinating a group, transactional id or share-partition key: the preferred
         node, or while it is down the next live node after it (the internal topics are
-        replicated to every node, so leadership -- and coordination -- fails over)."""
+        replicated to every node, so leadership -- and coordination -- fails over).
+        `alive` defaults to the nodes up now."""
+        live = self.alive if alive is None else alive
         ids = sorted(self.nodes)
         start = ids.index(self.preferred_coordinator(key))
         for i in range(len(ids)):
             node = ids[(start + i) % len(ids)]
-            if node in self.alive:
+            if node in live:
                 return node
         return ids[start]
 
@@ -211,7 +213,7 @@ class ReferenceState:
         leader initialises from ReadShareGroupState. Partition logs are replicated, so
         they survive. Ownership is taken before the node leaves the live set."""
         owner = self._owner_snapshot()
-        self.share_partitions.crash(node_id, lambda t, p: self._led_by(node_id, t, p))
+        self.share_partitions.crash(node_id, self._led_by(node_id))
         if self.share_coordinator is not None:  # None: a test runs the leaders without persister
             self.share_coordinator.reload(lambda key: owner(key.coordinator_key) == node_id)
         self.share_groups.reload(lambda gid: owner(gid) == node_id)
@@ -220,26 +222,21 @@ class ReferenceState:
     def _owner_snapshot(self) -> Callable[[str], int]:
         """coordinator_for as it is now (before a node leaves the live set)."""
         alive = frozenset(self.alive)
-        ids = sorted(self.nodes)
+        return lambda key: self.coordinator_for(key, alive)
 
-        def owner(key: str) -> int:
-            start = ids.index(self.preferred_coordinator(key))
-            return next((n for n in ids[start:] + ids[:start] if n in alive), ids[start])
-
-        return owner
-
-    def _led_by(self, node_id: int, topic: str, partition: int) -> bool:
-        part = self.topics.partition(topic, partition)
-        return part is not None and part.leader == node_id
-
-    def _forget_txn_pending(self, node_id: int) -> None:
-        """KIP-1289 corner cases 1 and 12: TX_PENDING is in the share-partition leader's memory
-        only; a leader that stops loses it (the partition reloads from the share coordinator)."""
+    def _led_by(self, node_id: int) -> Callable[[str, int], bool]:
+        """Whether a partition's leader is `node_id`."""
 
         def led_here(topic: str, partition: int) -> bool:
             part = self.topics.partition(topic, partition)
             return part is not None and part.leader == node_id
 
+        return led_here
+
+    def _forget_txn_pending(self, node_id: int) -> None:
+        """KIP-1289 corner cases 1 and 12: TX_PENDING is in the share-partition leader's memory
+        only; a leader that stops loses it (the partition reloads from the share coordinator)."""
+        led_here = self._led_by(node_id)
         self.share_partitions.forget_txn_pending(led_here)
         self.share_partitions.broken_leader_moved(led_here)
 

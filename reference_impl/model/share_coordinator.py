@@ -240,18 +240,16 @@ class ShareCoordinator:
             self.replay(self.log.append(record))
         self.log._next_offset = log.end_offset
 
-    def reload(self, owns: Callable[[SharePartitionKey], bool]) -> list[SharePartitionKey]:
+    def reload(self, owns: Callable[[SharePartitionKey], bool]) -> None:
         """The coordinator of the keys for which `owns(key)` is true crashed: their cached
         state is dropped and rebuilt by replaying the log from its start, as Kafka's
-        ShareCoordinatorShard replays a __share_group_state partition on election.
-        Returns the keys rebuilt."""
+        ShareCoordinatorShard replays a __share_group_state partition on election."""
         for cache in (self._state, self._leader_epochs, self._state_epochs, self._update_counts):
             for key in [k for k in cache if owns(k)]:
                 del cache[key]
         for record in self.log:
             if owns(record.key):
                 self.replay(record)
-        return sorted((k for k in self._state if owns(k)), key=str)
 
     # -- placement / loading ---------------------------------------------------------------
 

@@ -226,12 +226,11 @@ class ShareGroupCoordinator:
                 coordinator._schedule_session(group.group_id, member_id, now)
         return coordinator
 
-    def reload(self, owns: Callable[[str], bool]) -> list[str]:
+    def reload(self, owns: Callable[[str], bool]) -> None:
         """A coordinator that crashed comes back (or its __consumer_offsets partitions fail
         over): the groups for which `owns(group_id)` is true are dropped from memory and
         rebuilt by replaying their records, as Kafka's GroupCoordinatorShard replays the
-        partition on election; member session timers are re-armed (they are not durable).
-        Returns the group ids rebuilt."""
+        partition on election; member session timers are re-armed (they are not durable)."""
         now = self.clock.now_ms()
         for gid in [g for g in self.store.groups if owns(g)]:
             del self.store.groups[gid]
@@ -240,11 +239,9 @@ class ShareGroupCoordinator:
         for record in self.log:
             if owns(record.key.group_id):
                 replay(self.store, record, now)
-        rebuilt = sorted(g for g in self.store.groups if owns(g))
-        for gid in rebuilt:
+        for gid in [g for g in self.store.groups if owns(g)]:
             for member_id in self.store.groups[gid].members:
                 self._schedule_session(gid, member_id, now)
-        return rebuilt
 
     # -- configuration -------------------------------------------------------------
 

@@ -319,33 +319,39 @@ class SharePartitionManager:
         in-memory state is gone, so partitions holding TX_PENDING records are dropped and
         reload from the share coordinator on next use. Only those: other partitions keep the
         reference's KIP-932 behaviour. Returns how many were dropped."""
-        gone = [k for k, sp in self.partitions.items() if sp.txn_pending_count() and led_here(sp.topic, sp.partition)]
-        for key in gone:
-            del self.partitions[key]
-        return len(gone)
+        return len(self._drop_led(led_here, lambda sp: sp.txn_pending_count() > 0))
 
-    def crash(self, node_id: int, led_here: Callable[[str, int], bool]) -> int:
+    def crash(self, node_id: int, led_here: Callable[[str, int], bool]) -> None:
         """Share-partition leader `node_id` crashed: its share sessions and the in-memory
         state of every share-partition it led (acquisitions, locks, delivery counts not yet
         written) are gone. The next leader initialises them from the share coordinator
-        (ReadShareGroupState), as Kafka's SharePartition does after a leader change.
-        Returns how many share-partitions were dropped."""
+        (ReadShareGroupState), as Kafka's SharePartition does after a leader change."""
         self._caches.pop(node_id, None)
-        gone = [k for k, sp in self.partitions.items() if led_here(sp.topic, sp.partition)]
-        for key in gone:
-            del self.partitions[key]
-        return len(gone)
+        self._leader_moved(self._drop_led(led_here))
 
-    def broken_leader_moved(self, led_here: Callable[[str, int], bool]) -> int:
-        """The seeded bug ``share-leader-move-forgets-state``: partitions led by a node that
-        went down are dropped and their next leader ignores the persisted state."""
-        if not self.config.seeded_bugs.has(bugs.SHARE_LEADER_MOVE_FORGETS_STATE):
-            return 0
-        gone = [k for k, sp in self.partitions.items() if led_here(sp.topic, sp.partition)]
+    def broken_leader_moved(self, led_here: Callable[[str, int], bool]) -> None:
+        """A node went unreachable (``isolate``): with the seeded bug
+        ``share-leader-move-forgets-state`` the partitions it led are dropped and their next
+        leader ignores the persisted state; without it they stay as they are."""
+        if self.config.seeded_bugs.has(bugs.SHARE_LEADER_MOVE_FORGETS_STATE):
+            self._leader_moved(self._drop_led(led_here))
+
+    def _drop_led(
+        self, led_here: Callable[[str, int], bool], which: Callable[[SharePartition], bool] = lambda sp: True
+    ) -> list[SharePartitionId]:
+        """Drop the in-memory share-partitions (those `which` selects) of a leader that
+        stopped; returns their keys."""
+        gone = [k for k, sp in self.partitions.items() if led_here(sp.topic, sp.partition) and which(sp)]
         for key in gone:
             del self.partitions[key]
-            self._broken_reload.add(key)
-        return len(gone)
+        return gone
+
+    def _leader_moved(self, gone: list[SharePartitionId]) -> None:
+        """Partitions dropped because their leader stopped: the seeded bug
+        ``share-leader-move-forgets-state`` makes their next leader ignore the persisted
+        state (on crash and on isolate alike)."""
+        if self.config.seeded_bugs.has(bugs.SHARE_LEADER_MOVE_FORGETS_STATE):
+            self._broken_reload.update(gone)
 
     def forget_group_topic(self, group_id: str, topic_id: uuid.UUID) -> None:
         """Drop the in-memory share-partitions of (group, topic): an admin reset or delete

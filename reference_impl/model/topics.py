@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from kio.schema.errors import ErrorCode
 
+from reference_impl.model.acls import Operation, operations_bitfield
 from reference_impl.model.clock import Clock
 from reference_impl.model.partition_log import INT64_MAX, LogConfig, PartitionLog, ProducerStateTracker
 from reference_impl.protocol.records import TimestampType
@@ -109,8 +110,12 @@ _BOOL_CONFIGS = {"preallocate", "remote.storage.enable", "unclean.leader.electio
 _COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
 # Bit fields of authorized operations when no authorizer is configured (all supported ops).
-TOPIC_AUTHORIZED_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
-CLUSTER_AUTHORIZED_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
+TOPIC_AUTHORIZED_OPERATIONS = operations_bitfield((
+    Operation.READ, Operation.WRITE, Operation.CREATE, Operation.DELETE, Operation.ALTER, Operation.DESCRIBE,
+    Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS))
+CLUSTER_AUTHORIZED_OPERATIONS = operations_bitfield((
+    Operation.CREATE, Operation.ALTER, Operation.DESCRIBE, Operation.CLUSTER_ACTION, Operation.DESCRIBE_CONFIGS,
+    Operation.ALTER_CONFIGS, Operation.IDEMPOTENT_WRITE))
 
 
 class TopicError(Exception):

@@ -14,7 +14,9 @@ import dataclasses
 from kio.schema.errors import ErrorCode
 
 from reference_impl.model.broker_state import BrokerConfig, NodeEndpoint, ReferenceState
+from reference_impl.model import seeded_bugs as bugs
 from reference_impl.model.clock import ManualClock
+from reference_impl.model.seeded_bugs import NO_BUGS, SeededBugs
 from reference_impl.model.share_coordinator import ShareCoordinator
 from reference_impl.model.share_group import ShareGroupCoordinator
 from reference_impl.model.share_partition import RecordState
@@ -29,8 +31,8 @@ TOPIC, NOW, ACCEPT, RELEASE = "t", 1_700_000_000_000, 1, 2
 A, Q = RecordState.AVAILABLE, RecordState.ACQUIRED
 
 
-def cluster() -> ReferenceState:
-    config = BrokerConfig(share_partition=SharePartitionConfig(auto_offset_reset="earliest"))
+def cluster(seeded_bugs: SeededBugs = NO_BUGS) -> ReferenceState:
+    config = BrokerConfig(share_partition=SharePartitionConfig(auto_offset_reset="earliest", seeded_bugs=seeded_bugs))
     state = ReferenceState([NodeEndpoint(i, "127.0.0.1", 9000 + i) for i in (1, 2, 3)], ManualClock(NOW), config)
     state.topics.create(CreatableTopicSpec(TOPIC, num_partitions=1))
     part = state.topics.partition(TOPIC, 0)
@@ -143,3 +145,13 @@ def test_transaction_coordinator_crash_replays_the_transaction_log() -> None:
             assert tc.metadata(tid) == persisted[tid], tid
         else:
             assert tc.metadata(tid).transaction_timeout_ms == 1, f"{tid}: a node that did not crash lost its memory"
+
+
+def test_seeded_leader_move_bug_forgets_the_persisted_state_on_crash_and_on_isolation() -> None:
+    """The seeded bug ``share-leader-move-forgets-state`` fires whichever way the leader goes
+    down: the next leader starts from share.auto.offset.reset (everything again, count 1)."""
+    for go_down in (ReferenceState.on_node_crash, ReferenceState.on_node_down):
+        state = cluster(SeededBugs(frozenset({bugs.SHARE_LEADER_MOVE_FORGETS_STATE})))
+        interleaved(state)
+        go_down(state, state.topics.partition(TOPIC, 0).leader)
+        assert acquire(state, "g", "other") == {o: 1 for o in range(10)}, go_down.__name__

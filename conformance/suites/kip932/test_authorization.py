@@ -7,9 +7,9 @@ unprivileged SASL user first (refused with the KIP's error, and nothing is creat
 or delivered), then grants the permission as the super user and sends it again (processed),
 so a target that refuses everything fails as surely as one that checks nothing.
 
-Only targets with an authorizer run these (kafka-native:authorizer=standard); elsewhere
-acl_ops.require_authorizer answers "not supported by target" naming the setting. The super
-user sets up topics and groups and is the observer of "nothing leaked". Kafka:
+Only targets with an authorizer run these (kafka-native:authorizer=standard,
+reference:authorizer=standard); elsewhere acl_ops.require_authorizer answers "not supported
+by target" naming the setting. The super user sets up topics and groups and is the observer of "nothing leaked". Kafka:
 KafkaApis.handleShareGroupHeartbeatRequest / handleShareFetchRequest /
 handleShareAcknowledgeRequest / handle*ShareGroupOffsetsRequest, AuthHelper.
 """
@@ -23,11 +23,13 @@ from typing import Any
 import pytest
 
 from conformance import wire_ops
-from conformance.acl_ops import CLUSTER, Op, Res, grant, require_authorizer, until_allowed
+from conformance.acl_ops import (
+    CLUSTER, KIP932_CLUSTER_USER, RESOURCE_USER, AclScene, Op, Res, require_authorizer, until_allowed,
+)
 from conformance.share_ops import (
     ACCEPT, READ_SHARE_GROUP_STATE, RETRIABLE_COORDINATOR_ERRORS, SHARE_COORDINATOR_KEY_TYPE, SHARE_GROUP_DESCRIBE, E,
-    ShareSession, acquired, heartbeat, join_share_group, kafka_uuid, leader_epoch, nested, new_member_id, produce_values,
-    require_share_groups, set_group_configs,
+    ShareSession, acquired, eventually, heartbeat, join_share_group, kafka_uuid, leader_epoch, nested, new_member_id,
+    produce_values, require_share_groups, set_group_configs,
 )
 from conformance.suites import require_api
 from conformance.suites.kip98 import create_ready_topic
@@ -39,43 +41,23 @@ from reference_impl.client.raw_client import ClusterClient, RawClient
 from reference_impl.protocol.api_keys import ApiKey
 
 WRITE_SHARE_GROUP_STATE = ApiKey.WRITE_SHARE_GROUP_STATE
-# The unprivileged users: `alice` gets group and topic grants only; `bob` gets CLUSTER_ACTION
-# (a cluster-wide grant no other test may see; kip98/test_authorization.py uses `carol`).
-RESOURCE_USER, CLUSTER_USER = "alice", "bob"
 
 
-class Scene:
+class Scene(AclScene):
     """A topic with records, a share group id, the super user's client and the user's."""
 
-    def __init__(self, target: Any, unique: Any, user: str, records: int = 3) -> None:
-        self.target, self.user = target, user
+    def __init__(self, target: Any, unique: Any, role: int, records: int = 3) -> None:
+        super().__init__(target, role)
         self.topic, self.group = unique.topic(), unique.group()
-        self.su = wire_ops.cluster_client(target)
-        self.cc = target.cluster_client_as(user)
         create_ready_topic(target, self.su, self.topic)
         self.tid: uuid.UUID = wire_ops.topic_ids(self.su, self.topic).topic_id
         produce_values(self.su, self.topic, [b"r%d" % i for i in range(records)])
-
-    def as_user(self, node: RawClient) -> RawClient:
-        """The user's connection to the broker `node` (a super-user connection) points at:
-        coordinators are found as the super user (FindCoordinator needs DESCRIBE itself)."""
-        for node_id in self.su.nodes:
-            if self.su.node(node_id) is node:
-                return self.cc.node(node_id)
-        raise LookupError("not a node of the super user's client")
 
     def coordinator(self) -> RawClient:
         return self.as_user(self.su.coordinator_for(self.group, 0, wait_s=30))
 
     def leader(self) -> RawClient:
         return self.as_user(self.su.leader_for(self.topic, 0))
-
-    def grant(self, *acls: tuple[Any, str, Any]) -> None:
-        grant(self.target, self.user, *acls)
-
-    def close(self) -> None:
-        self.cc.close()
-        self.su.close()
 
 
 @pytest.fixture
@@ -234,6 +216,12 @@ def test_share_group_offsets_admin_needs_group_permissions(scene, record_propert
         deleted = until_allowed(lambda: delete_offsets(scene.coordinator(), scene.group, [scene.topic]), _group_refused)
     assert int(deleted.error_code) == E.none, deleted
 
+    def removed() -> None:
+        gone = start_offsets(describe_offsets(su_coord, scene.group, [(scene.topic, [0])]))[(scene.topic, 0)][:2]
+        assert gone == (-1, E.none), f"DeleteShareGroupOffsets answered NONE; the super user sees {gone}"
+
+    eventually(removed)
+
 
 def _read_state(node: RawClient, cc: ClusterClient, group: str, tid: uuid.UUID) -> Any:
     return node.request(READ_SHARE_GROUP_STATE, 0, group_id=group, topics=(
@@ -264,7 +252,7 @@ def test_share_state_rpcs_need_cluster_action(target, unique):
     start offset)."""
     require_authorizer(target)
     require_share_groups(target)
-    s = Scene(target, unique, CLUSTER_USER)
+    s = Scene(target, unique, KIP932_CLUSTER_USER)
     try:
         require_api(target.capabilities(), READ_SHARE_GROUP_STATE, what="ReadShareGroupState")
         require_api(target.capabilities(), WRITE_SHARE_GROUP_STATE, what="WriteShareGroupState")

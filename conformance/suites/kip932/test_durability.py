@@ -13,6 +13,11 @@ Observations: offsets that were acknowledged or archived before the crash are ne
 delivered again (ACK.004); every other offset comes back without waiting for its lock
 (Acquired is not persisted, STATE.012); no delivery count is lower than the last one
 observed for the offset before the crash, and the SPSO never moves backwards.
+
+The group coordinator is crashed too: the share group's members, assignments and epochs
+are replayed from __consumer_offsets (GROUP.008, EPOCH.007; whether the new coordinator
+bumps the group epoch as the KIP says or keeps it as Kafka does is recorded, DIV-93206),
+and a deleted group's tombstones are replayed as well (GREC.001).
 """
 
 from __future__ import annotations
@@ -24,10 +29,10 @@ from typing import Any
 
 import pytest
 
-from conformance import share_ops, wire_ops
+from conformance import share_ops
 from conformance.share_ops import ACCEPT, E, REJECT, RELEASE, eventually, share_ack, share_fetch
 from conformance.suites import require_api, require_nodes
-from conformance.suites.kip932.test_membership import Member, describe, require_describe
+from conformance.suites.kip932.test_membership import require_describe
 from conformance.suites.kip932.test_admin import delete_groups
 from conformance.suites.kip932.test_sessions import (
     ShareSetup, counts_of, drain, open_and_acquire, record, record_side, require_share_groups, share_setup,
@@ -248,65 +253,6 @@ def test_share_coordinator_crash_keeps_the_durable_state(target, unique, request
 # -- group coordinator fail-over -----------------------------------------------------------------
 
 
-def _settled(node, group: str, member: Member, min_epoch: int = 0) -> Any:
-    """The member beats until the group is steady: one member at the group epoch, the
-    assignment epoch caught up and both partitions assigned."""
-    member.beat()
-    d = describe(node, group)
-    assert d.error_code == E.none and d.assignment_epoch == d.group_epoch >= min_epoch, d
-    assert [(m.member_id, m.member_epoch) for m in d.members] == [(member.member_id, d.group_epoch)], d
-    assert sum(len(p) for p in member.assigned.values()) == 2, member.assigned
-    return d
-
-
-@pytest.mark.requirement("KIP-932.EPOCH.007")
-def test_group_coordinator_failover_keeps_the_group_epoch(target, unique, request):
-    """KIP "Persistence and fail-over": the newly elected group coordinator replays the group
-    and "will bump the group epoch as a result". Kafka's GroupMetadataManager replays the
-    ShareGroupMetadata record's epoch as it is and bumps nothing (docs/share-groups-kip-vs-
-    kafka.md item 5, DIV-93206). A member on a 2-partition topic, group settled at epoch E;
-    the coordinator's node is killed: the new coordinator describes epoch E, assignment
-    epoch E and the member at E, and the member's heartbeat with E is answered E
-    (EPOCH.007: the assignment epoch never goes backwards across the fail-over either)."""
-    t = three_node_target(target)
-    require_describe(t)
-    if t.kind == "librdkafka-mock":  # fixtures/librdkafka_mock.py: kill_node moves no coordinator
-        raise NotSupportedByTarget("the mock does not move a group coordinator away from a down broker")
-    group = unique.group()
-    with t.cluster_client() as cc:
-        topic = unique.topic()
-        assert wire_ops.create_topic(cc, topic, 2, replication=3) == E.none
-        node = cc.coordinator_for(group, 0, wait_s=30)
-        old = cc.find_coordinator(group, 0)[1]
-        member = Member(node, group, [topic])
-        before = eventually(lambda: _settled(node, group, member), 60)
-        time.sleep(1.0)  # nothing else moves it: the same epoch a second later
-        before = eventually(lambda: _settled(node, group, member, before.group_epoch), 30)
-        survivors = ",".join(f"{h}:{p}" for n, (h, p) in cc.nodes.items() if n != old)
-    record(request, "group_epoch_before", int(before.group_epoch))
-    t.kill_node(old)
-    try:
-        with t.cluster_client(survivors) as alive:
-            def moved() -> Any:
-                error, new = alive.find_coordinator(group, 0)
-                assert error == E.none and new != old, (error, new)
-                d = describe(alive.node(new), group)
-                assert d.error_code == E.none, d
-                return new, d
-
-            new, after = eventually(moved, FAILOVER_WAIT_S)
-            record(request, "group_epoch_after", int(after.group_epoch))
-            record_side(request, "failover-group-epoch", "kafka" if after.group_epoch == before.group_epoch else "kip")
-            assert after.group_state == "Stable", after
-            assert (after.group_epoch, after.assignment_epoch) == (before.group_epoch, before.assignment_epoch), after
-            assert [(m.member_id, m.member_epoch) for m in after.members] == [(member.member_id, before.group_epoch)], after
-            member.node = alive.node(new)
-            resp = member.beat()
-            assert resp.member_epoch == before.group_epoch, resp
-    finally:
-        t.restart_node(old)
-
-
 LONG_LOCK_MS = 60_000  # group.share.max.record.lock.duration.ms: a kept lock would hold past the test's first fetch
 
 
@@ -389,6 +335,7 @@ class Heartbeats(threading.Thread):
         super().__init__(daemon=True)
         self.target, self.group, self.epochs = target, group, dict(epochs)
         self.errors: list[tuple[str, int]] = []
+        self.ok = {m: 0 for m in epochs}  # successful heartbeats per member
         self.done = threading.Event()
 
     def run(self) -> None:
@@ -401,6 +348,7 @@ class Heartbeats(threading.Thread):
                     resp = share_ops.heartbeat(coord, self.group, m, e)
                     if resp.error_code == E.none:
                         self.epochs[m] = int(resp.member_epoch)
+                        self.ok[m] += 1
                     elif resp.error_code not in share_ops.RETRIABLE_COORDINATOR_ERRORS:
                         self.errors.append((m, int(resp.error_code)))
             except (OSError, ConnectionError, EOFError, RuntimeError, LookupError):
@@ -409,6 +357,16 @@ class Heartbeats(threading.Thread):
                 cc = None  # the crashed node: reconnect through the others
         if cc is not None:
             cc.close()
+
+    def wait_beats(self, n: int) -> None:
+        """Until every member has `n` more successful heartbeats than now."""
+        base = dict(self.ok)
+
+        def counted() -> None:
+            assert not self.errors, self.errors
+            assert all(self.ok[m] >= base[m] + n for m in base), (base, self.ok)
+
+        eventually(counted, FAILOVER_WAIT_S)
 
     def stop(self) -> dict[str, int]:
         self.done.set()
@@ -439,38 +397,62 @@ def beat_until_stable(cc: ClusterClient, s: ShareSetup, epochs: dict[str, int]) 
         time.sleep(0.3)
 
 
+def crash_coordinator(t: Target, cc: ClusterClient, group: str) -> None:
+    """Kill the node coordinating `group` (SIGKILL on kafka-native; on the reference its
+    memory is lost and the group is replayed from its records) and start it again."""
+    node = cc.find_coordinator(group, 0)[1]
+    cc.close()
+    t.kill_node(node)
+    t.restart_node(node)
+
+
+def join_beat(cc: ClusterClient, group: str, topic: str) -> Any:
+    """A new member's first heartbeat (epoch 0), answered without error; the coordinator may
+    still be restarting or loading."""
+    try:
+        coord = cc.coordinator_for(group, 0, wait_s=FAILOVER_WAIT_S)
+        resp = share_ops.heartbeat(coord, group, share_ops.new_member_id(), 0, [topic])
+    except (OSError, ConnectionError, EOFError, RuntimeError, LookupError) as exc:
+        raise AssertionError(f"join of {group}: {exc!r}") from exc
+    assert resp.error_code == E.none, resp
+    return resp
+
+
 @pytest.mark.deadline(900)
 @pytest.mark.requirement("KIP-932.GROUP.008", "KIP-932.EPOCH.007", "KIP-932.GREC.001")
 def test_group_coordinator_crash_keeps_members_and_epochs(target, unique, request):
-    """The group coordinator crashes (SIGKILL on kafka-native; on the reference its memory is
-    lost and the share group is replayed from its records): the new coordinator lists the
-    same members with the same assignments, the group and assignment epochs do not go back,
-    and the members keep heartbeating with their epochs, without rejoining. Then the members
-    leave and the group is deleted: a new member starts a fresh group at epoch 1 (GREC.001:
-    the tombstones leave no trace)."""
+    """The group coordinator crashes while two members heartbeat: the new coordinator lists
+    the same members with the same assignments, the group and assignment epochs and the
+    member epochs do not go back (EPOCH.007), and the members keep heartbeating without
+    rejoining (GROUP.008). KIP "Persistence and fail-over" says the new coordinator "will
+    bump the group epoch as a result"; Kafka's GroupMetadataManager replays
+    ShareGroupMetadata as it is and bumps nothing (DIV-93206): the side is recorded, both
+    pass. Then the members leave, the group is deleted and its coordinator crashes again: a
+    new member's first heartbeat answers the epoch a never-used group id starts at, so the
+    replayed tombstones left no trace (GREC.001)."""
     t = three_node_target(target)
-    require_api(t.capabilities(), share_ops.SHARE_GROUP_DESCRIBE, 1, "ShareGroupDescribe")
+    require_describe(t)
+    if t.kind == "librdkafka-mock":  # fixtures/librdkafka_mock.py: kill_node moves no coordinator
+        raise NotSupportedByTarget("the mock does not move a group coordinator away from a down broker")
     with share_setup(t, unique, partitions=2, join=False) as s:
         epochs = beat_until_stable(s.cc, s, dict(share_ops.join_share_group(s.cc, s.group, [s.topic]) for _ in range(2)))
         d = describe_group(s.cc, s.group)
         before = members_of(d)
         group_epoch, assignment_epoch = int(d.group_epoch), int(d.assignment_epoch)
-        coordinator = s.cc.find_coordinator(s.group, 0)[1]
-        s.cc.close()
-    beats = Heartbeats(t, s.group, epochs)
-    beats.start()
-    try:
-        t.kill_node(coordinator)
-        t.restart_node(coordinator)
-        after = fresh(t, s)
-        describe_group(after.cc, s.group)  # the coordinator answers again
-        time.sleep(3)  # a few heartbeats to it
-    finally:
-        epochs = beats.stop()
+        beats = Heartbeats(t, s.group, epochs)
+        beats.start()
+        try:
+            crash_coordinator(t, s.cc, s.group)
+            after = fresh(t, s)
+            describe_group(after.cc, s.group)  # the coordinator answers again
+            beats.wait_beats(2)
+        finally:
+            epochs = beats.stop()
     try:
         assert not beats.errors, f"heartbeats through the crash were refused (member, error): {beats.errors}"
         d = describe_group(after.cc, s.group)
         record(request, "group_epoch_before_after", (group_epoch, int(d.group_epoch)))
+        record_side(request, "failover-group-epoch", "kafka" if d.group_epoch == group_epoch else "kip")
         now = members_of(d)  # KIP-932.GROUP.008: same members and assignments, no rejoin
         assert {m: ps for m, (_, ps) in now.items()} == {m: ps for m, (_, ps) in before.items()}, \
             f"members/assignments changed across the crash: {before} -> {now}"
@@ -484,12 +466,16 @@ def test_group_coordinator_crash_keeps_members_and_epochs(target, unique, reques
             assert int(resp.member_epoch) >= e, resp
         for m in epochs:
             assert share_ops.heartbeat(coord, s.group, m, -1).error_code == E.none
-        assert delete_groups(coord, s.group) == E.none  # KIP-932.GREC.001: the tombstones leave no trace
-        _, fresh_epoch = share_ops.join_share_group(after.cc, s.group, [s.topic])
-        fresh_group_epoch = int(describe_group(after.cc, s.group).group_epoch)
-        record(request, "epochs_after_delete_and_join", (fresh_epoch, fresh_group_epoch))
-        assert fresh_group_epoch < group_epoch, \
-            f"after DeleteGroups a new member's group is at epoch {fresh_group_epoch}, the deleted one was at " \
-            f"{group_epoch}: the deleted group left a trace"
+        assert delete_groups(coord, s.group) == E.none
+        crash_coordinator(t, after.cc, s.group)  # KIP-932.GREC.001: the new one replays the tombstones
     finally:
         after.cc.close()
+    with t.cluster_client() as cc:
+        first = eventually(lambda: join_beat(cc, s.group, s.topic), FAILOVER_WAIT_S)
+        control = eventually(lambda: join_beat(cc, unique.group(), s.topic), FAILOVER_WAIT_S)
+    record(request, "first_member_epoch_deleted_vs_new_group", (int(first.member_epoch), int(control.member_epoch)))
+    # A group id never used starts at 1 on the reference and at 2 on Kafka 4.4 (its first
+    # heartbeat answers 2); a replayed group would continue above its old epoch.
+    assert first.member_epoch == control.member_epoch, \
+        f"after DeleteGroups and a coordinator crash a new member joined at epoch {first.member_epoch}, a never-" \
+        f"used group starts at {control.member_epoch} (the deleted one was at {group_epoch}): the deleted group left a trace"

@@ -13,7 +13,9 @@ import struct
 import time
 from typing import Any
 
-from conformance.wire_ops import Req, fetch, list_offset, ms
+from kio.schema.errors import ErrorCode as E
+
+from conformance.wire_ops import TXN_COORDINATOR_KEY_TYPE, Req, fetch, list_offset, ms
 from fixtures.target import NotSupportedByTarget
 from reference_impl.client.raw_client import ClusterClient, RawClient
 from reference_impl.protocol import records
@@ -26,7 +28,8 @@ TV1_MAX_PRODUCE = 11
 TS = 1_700_000_000_000
 
 # Answers a coordinator gives while it is loading / settling: retried by the helpers.
-_COORDINATOR_RETRIABLE = {14, 15, 16, 51}  # LOAD_IN_PROGRESS, NOT_AVAILABLE, NOT_COORDINATOR, CONCURRENT_TRANSACTIONS
+COORDINATOR_RETRIABLE = frozenset(
+    {E.coordinator_load_in_progress, E.coordinator_not_available, E.not_coordinator, E.concurrent_transactions})
 
 
 def init_producer_id(
@@ -47,7 +50,7 @@ def init_producer_id(
         if transactional_id is None:
             client = cc.bootstrap
         else:
-            client = cc.coordinator_for(transactional_id, key_type=1, wait_s=max(0.0, deadline - time.monotonic()))
+            client = cc.coordinator_for(transactional_id, key_type=TXN_COORDINATOR_KEY_TYPE, wait_s=max(0.0, deadline - time.monotonic()))
         r = Req(client, INIT_PRODUCER_ID, 5)
         resp = r.send(
             transactional_id=transactional_id,
@@ -57,7 +60,7 @@ def init_producer_id(
             enable2_pc=False,
             keep_prepared_txn=False,
         )
-        if int(resp.error_code) in _COORDINATOR_RETRIABLE and time.monotonic() < deadline:
+        if int(resp.error_code) in COORDINATOR_RETRIABLE and time.monotonic() < deadline:
             time.sleep(0.2)
             continue
         return client, resp

@@ -9,8 +9,9 @@ then grants the permission as the super user and sends the same call again (proc
 a target that refuses everything fails as surely as one that checks nothing. Coordinators
 and leaders are found as the super user (FindCoordinator needs DESCRIBE itself).
 
-Only targets with an authorizer run these (kafka-native:authorizer=standard); elsewhere
-acl_ops.require_authorizer answers "not supported by target" naming the setting. Kafka:
+Only targets with an authorizer run these (kafka-native:authorizer=standard,
+reference:authorizer=standard); elsewhere acl_ops.require_authorizer answers "not supported
+by target" naming the setting. Kafka:
 KafkaApis.handleInitProducerIdRequest, handleAddPartitionsToTxnRequest,
 handleAddOffsetsToTxnRequest, handleProduceRequest, handleWriteTxnMarkersRequest.
 """
@@ -23,43 +24,30 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode as E
 
-from conformance import wire_ops
-from conformance.acl_ops import CLUSTER, Op, Res, grant, require_authorizer, until_allowed
+from conformance.acl_ops import (
+    CLUSTER, KIP98_CLUSTER_USER, RESOURCE_USER, AclScene, Op, Res, require_authorizer, until_allowed,
+)
 from conformance.suites import require_api
 from conformance.suites.kip98 import (
-    INIT_PRODUCER_ID, add_partitions_to_txn, create_ready_topic, idem_batch, init_producer_id, log_end, produce_v11,
-    require_transactions, values,
+    COORDINATOR_RETRIABLE, INIT_PRODUCER_ID, add_partitions_to_txn, create_ready_topic, idem_batch, init_producer_id,
+    log_end, produce_v11, require_transactions, values,
 )
 from conformance.suites.kip98.test_txn_admin import describe
 from conformance.suites.kip98.test_write_txn_markers import WRITE_TXN_MARKERS, write_markers
-from conformance.wire_ops import Req, ms
+from conformance.wire_ops import TXN_COORDINATOR_KEY_TYPE, Req, ms
 from reference_impl.client.raw_client import RawClient
 from reference_impl.protocol.api_keys import ApiKey
 
 ADD_OFFSETS_TO_TXN, DESCRIBE_TRANSACTIONS = ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.DESCRIBE_TRANSACTIONS
-TXN_COORDINATOR = 1  # FindCoordinator key type of a transactional id
-# `alice` gets resource grants only; `carol` gets CLUSTER_ACTION, a cluster-wide grant no
-# other test may see (kip932/test_authorization.py uses `bob` for its own).
-RESOURCE_USER, CLUSTER_USER = "alice", "carol"
-_LOADING = {E.coordinator_load_in_progress, E.coordinator_not_available, E.not_coordinator, E.concurrent_transactions}
 
 
-class Scene:
+class Scene(AclScene):
     """A ready topic, a transactional id and a group id; the super user's client and the user's."""
 
-    def __init__(self, target: Any, unique: Any, user: str) -> None:
-        self.target, self.user = target, user
+    def __init__(self, target: Any, unique: Any, role: int) -> None:
+        super().__init__(target, role)
         self.topic, self.txn, self.group = unique.topic(), unique.transactional_id(), unique.group()
-        self.su = wire_ops.cluster_client(target)
-        self.cc = target.cluster_client_as(user)
         create_ready_topic(target, self.su, self.topic)
-
-    def as_user(self, node: RawClient) -> RawClient:
-        """The user's connection to the broker a super-user connection `node` points at."""
-        for node_id in self.su.nodes:
-            if self.su.node(node_id) is node:
-                return self.cc.node(node_id)
-        raise LookupError("not a node of the super user's client")
 
     def described(self, wait_s: float = 15.0) -> dict[str, Any]:
         """DescribeTransactions(T) as the super user; the coordinator's settling answers are
@@ -67,21 +55,18 @@ class Scene:
         deadline = time.monotonic() + wait_s
         while True:
             seen = describe(self.su_coordinator(), self.txn)
-            if seen["error"] not in _LOADING or time.monotonic() > deadline:
+            if seen["error"] not in COORDINATOR_RETRIABLE or time.monotonic() > deadline:
                 return seen
             time.sleep(0.2)
 
     def su_coordinator(self) -> RawClient:
-        return self.su.coordinator_for(self.txn, TXN_COORDINATOR, wait_s=30)
+        return self.su.coordinator_for(self.txn, TXN_COORDINATOR_KEY_TYPE, wait_s=30)
 
     def coordinator(self) -> RawClient:
         return self.as_user(self.su_coordinator())
 
     def leader(self) -> RawClient:
         return self.as_user(self.su.leader_for(self.topic, 0))
-
-    def grant(self, *acls: tuple[Any, str, Any]) -> None:
-        grant(self.target, self.user, *acls)
 
     def init(self) -> Any:
         """InitProducerId(T) as the user, to T's coordinator; the coordinator's settling
@@ -91,7 +76,7 @@ class Scene:
             r = Req(self.coordinator(), INIT_PRODUCER_ID, 5)
             resp = r.send(transactional_id=self.txn, transaction_timeout=ms(60_000), producer_id=-1,
                           producer_epoch=-1, enable2_pc=False, keep_prepared_txn=False)
-            if int(resp.error_code) not in _LOADING or time.monotonic() > deadline:
+            if int(resp.error_code) not in COORDINATOR_RETRIABLE or time.monotonic() > deadline:
                 return resp
             time.sleep(0.2)
 
@@ -101,21 +86,17 @@ class Scene:
         assert int(resp.error_code) == E.none, resp
         return int(resp.producer_id), int(resp.producer_epoch)
 
-    def close(self) -> None:
-        self.cc.close()
-        self.su.close()
-
 
 def _txn_refused(resp: Any) -> bool:
     return int(resp.error_code) == E.transactional_id_authorization_failed
 
 
-def _scene(target: Any, unique: Any, user: str) -> Scene:
+def _scene(target: Any, unique: Any, role: int) -> Scene:
     require_authorizer(target)
     caps = target.capabilities()
     require_transactions(caps)
     require_api(caps, DESCRIBE_TRANSACTIONS, what="DescribeTransactions")
-    return Scene(target, unique, user)
+    return Scene(target, unique, role)
 
 
 @pytest.fixture
@@ -213,7 +194,7 @@ def test_write_txn_markers_needs_cluster_action(target, unique):
     COMMIT marker for an idempotent producer to t-0's leader gets CLUSTER_AUTHORIZATION_FAILED
     for t-0 and the log end does not move; with CLUSTER_ACTION granted on the cluster the
     same marker answers NONE and is appended (log end + 1)."""
-    s = _scene(target, unique, CLUSTER_USER)
+    s = _scene(target, unique, KIP98_CLUSTER_USER)
     try:
         require_api(target.capabilities(), WRITE_TXN_MARKERS, what="WriteTxnMarkers")
         _, idem = init_producer_id(s.su, None)

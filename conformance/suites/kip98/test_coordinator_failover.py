@@ -23,14 +23,13 @@ import pytest
 
 from conformance import client_ops, wire_ops
 from conformance.suites import require_api
+from conformance.suites.kip98 import COORDINATOR_RETRIABLE as RETRIABLE
 from conformance.suites.kip98 import idem_batch, require_transactions, wait_stable
 from conformance.suites.kip98.test_fencing import (
-    CONCURRENT_TRANSACTIONS,
     DESCRIBE_TRANSACTIONS,
     INVALID_PRODUCER_ID_MAPPING,
     LIST_TRANSACTIONS,
     NONE,
-    NOT_COORDINATOR,
     TRANSACTIONAL_ID_NOT_FOUND,
     add_partitions,
     add_partitions_ok,
@@ -43,8 +42,6 @@ from conformance.suites.kip98.test_fencing import (
 from fixtures.target import NotSupportedByTarget
 from kio.schema.errors import ErrorCode
 
-COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE = ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available
-RETRIABLE = {COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, CONCURRENT_TRANSACTIONS}
 EXPIRATION_MAX_MS = 5_000  # longest transactional.id.expiration.ms this suite waits for
 FAILOVER_TXN_TIMEOUT_MS = 300_000
 
@@ -125,7 +122,7 @@ def test_coordinator_restart_mid_transaction_answers_retriable_then_commits(targ
     assert obs["commit"] == NONE, f"EndTxn(commit) never succeeded after the restart: {obs['seen']}"
     if target.kind == "reference":
         # The reference loads for TransactionConfig.load_duration_ms (500 ms by default).
-        assert COORDINATOR_LOAD_IN_PROGRESS in obs["seen"], obs["seen"]
+        assert ErrorCode.coordinator_load_in_progress in obs["seen"], obs["seen"]
     assert obs["stable"], "the LSO did not reach the high watermark after the commit"
     assert obs["committed_values"] == obs["values"], obs["committed_values"]
     assert obs["next_epoch_higher"], "InitProducerId after the fail-over returned the same producer id/epoch"
