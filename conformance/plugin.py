@@ -520,7 +520,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             return  # the test parametrizes target itself
     scopes = dict(scoped_paths(metafunc.config))
     specs = [s for s in _state(metafunc.config).specs if _in_scope(s, Path(str(metafunc.definition.path)), scopes)]
-    metafunc.parametrize("target", specs, indirect=True, ids=[s.raw for s in specs], scope="session")
+    # Function scope: the pool, not pytest's fixture cache, owns a target's lifetime (a
+    # retired cluster target is started again by the next test that asks for it).
+    metafunc.parametrize("target", specs, indirect=True, ids=[s.raw for s in specs])
 
 
 def pytest_deselected(items: list[pytest.Item]) -> None:
@@ -645,9 +647,9 @@ def kipcheck_targets(request: pytest.FixtureRequest) -> TargetPool:
 
 @pytest.fixture
 def target(request: pytest.FixtureRequest, kipcheck_targets: TargetPool) -> Target:
-    """The target under test; tests are parametrized over the selected --target specs
-    (parameter scope "session": items are grouped by target; the instance comes from
-    the pool, so it is started once per process and stopped at session end)."""
+    """The target under test; tests are parametrized over the selected --target specs.
+    The instance comes from the pool: started on first use in this process, stopped at
+    session end or when target-affinity scheduling retires it."""
     state = _state(request.config)
     spec: TargetSpec = getattr(request, "param", None) or state.specs[0]
     try:

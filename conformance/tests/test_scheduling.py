@@ -72,3 +72,31 @@ def test_a_cluster_target_stops_when_its_unit_is_done(kc):  # noqa: F811
     log = (kc.path / "lifecycle.log").read_text().splitlines()
     runs = [i for i, line in enumerate(log) if line == "run reference"]
     assert log.index("stop kafka-native:9.9") < runs[-1], log
+
+
+LIVE_TARGET = """
+from pathlib import Path
+
+import pytest
+
+LOG = Path(__file__).parents[3] / "lifecycle.log"
+
+
+@pytest.mark.requirement("TEST.A.001")
+def test_a(target):
+    mine = [line for line in LOG.read_text().splitlines() if line.split()[1:2] == [target.name]]
+    assert mine[-1].startswith("start"), mine
+"""
+
+
+def test_a_retired_target_is_started_again_by_its_next_unit(kc):  # noqa: F811
+    """Two units of one cluster target on one worker (the KIP-932 bucket and the rest): the
+    second unit gets a running target again, never the retired instance."""
+    for suite_dir in ("kip932", "other"):
+        (kc.path / "conformance" / "suites" / suite_dir).mkdir()
+        (kc.path / "conformance" / "suites" / suite_dir / f"test_live_{suite_dir}.py").write_text(LIVE_TARGET)
+    result = run(kc, "-n", "1", "--dist", "loadscope", "--no-loadscope-reorder", "--target", "kafka-native:9.9",
+                 "--target", "reference", subprocess=True)
+    result.assert_outcomes(passed=4)
+    log = (kc.path / "lifecycle.log").read_text().splitlines()
+    assert len([line for line in log if line.startswith("start kafka-native")]) == 2, log
