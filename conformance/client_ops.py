@@ -51,9 +51,34 @@ def create_topic(target: Target, topic: str, partitions: int = 1, timeout: float
         if t is not None and t.error is None and len(t.partitions) == partitions and all(
             p.leader >= 0 for p in t.partitions.values()
         ):
+            _await_on_every_broker(target, topic, partitions, deadline)
             return
         time.sleep(0.1)
     raise TimeoutError(f"topic {topic} has no leaders after {timeout}s")
+
+
+def _await_on_every_broker(target: Target, topic: str, partitions: int, deadline: float) -> None:
+    """As Kafka's TestUtils.waitForAllPartitionsMetadata: each broker replays the KRaft
+    metadata log on its own, so a topic created through one broker reaches the others a
+    little later; a test that then asks any broker must not see it missing."""
+    if len(target.node_ids) < 2:
+        return
+    try:
+        cc = target.cluster_client()
+    except NotSupportedByTarget:
+        return  # a security setting the raw client does not speak: the admin check above stands
+    with cc:
+        for node in sorted(cc.nodes):
+            while not _known_with_leaders(cc.metadata_from(cc.node(node), [topic]), topic, partitions):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"broker {node} does not know topic {topic} with leaders")
+                time.sleep(0.1)
+
+
+def _known_with_leaders(md: Any, topic: str, partitions: int) -> bool:
+    t = next((t for t in md.topics if t.name == topic), None)
+    return (t is not None and int(t.error_code) == 0 and len(t.partitions) == partitions
+            and all(int(p.leader_id) >= 0 for p in t.partitions))
 
 
 def produce(target: Target, topic: str, messages: list[dict[str, Any]], flush_between: int = 0, **producer_config: Any) -> list[tuple[int, int]]:

@@ -19,6 +19,7 @@ from reference_impl.client.security import PLAINTEXT, ClientSecurity
 from kio.schema.errors import ErrorCode
 
 from reference_impl.protocol import framing, payloads
+from reference_impl.protocol.api_keys import ApiKey
 
 _SIZE = struct.Struct(">i")
 # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE
@@ -243,20 +244,25 @@ class ClusterClient:
         self.refresh()
 
     def refresh(self, topics: list[str] | None = None) -> Any:
-        version = self.bootstrap.negotiate(3, 12)
+        md = self.metadata_from(self.bootstrap, topics)
+        self.nodes = {int(b.node_id): (b.host, int(b.port)) for b in md.brokers}
+        return md
+
+    @staticmethod
+    def metadata_from(client: RawClient, topics: list[str] | None = None) -> Any:
+        """One broker's Metadata answer (each broker replays the metadata log on its own)."""
+        version = client.negotiate(ApiKey.METADATA, 12)
+        schema = framing.request_schema(ApiKey.METADATA, version)
         req = payloads.build(
-            framing.request_schema(3, version),
+            schema,
             topics=None if topics is None else tuple(
-                payloads.build(payloads.nested(framing.request_schema(3, version), "MetadataRequestTopic"), name=t, topic_id=None)
-                for t in topics
+                payloads.build(payloads.nested(schema, "MetadataRequestTopic"), name=t, topic_id=None) for t in topics
             ),
             allow_auto_topic_creation=False,
             include_cluster_authorized_operations=False,
             include_topic_authorized_operations=False,
         )
-        md = self.bootstrap.send(req)
-        self.nodes = {int(b.node_id): (b.host, int(b.port)) for b in md.brokers}
-        return md
+        return client.send(req)
 
     def node(self, node_id: int) -> RawClient:
         client = self._clients.get(node_id)
@@ -296,12 +302,12 @@ class ClusterClient:
 
     def find_coordinator(self, key: str, key_type: int = 0) -> tuple[int, int]:
         """One FindCoordinator round trip: (error_code, node_id)."""
-        version = self.bootstrap.negotiate(10, 6)
+        version = self.bootstrap.negotiate(ApiKey.FIND_COORDINATOR, 6)
         if version >= 4:
-            resp = self.bootstrap.request(10, version, key_type=key_type, coordinator_keys=(key,))
+            resp = self.bootstrap.request(ApiKey.FIND_COORDINATOR, version, key_type=key_type, coordinator_keys=(key,))
             c = resp.coordinators[0]
             return int(c.error_code), int(c.node_id)
-        resp = self.bootstrap.request(10, version, key=key, key_type=key_type)
+        resp = self.bootstrap.request(ApiKey.FIND_COORDINATOR, version, key=key, key_type=key_type)
         return int(resp.error_code), int(resp.node_id)
 
     def close(self) -> None:
