@@ -193,40 +193,36 @@ def test_bad_target_spec_is_a_usage_error(kc):
 
 
 
-def test_scoped_target_runs_only_under_its_paths(kc):
-    """--scoped-target adds a target for some suites only (CI runs the secured cluster on
-    the protocol and KIP-98 suites); every other target still runs everything."""
-    body = """
+ONE_TEST = """
 import pytest
 
 @pytest.mark.requirement("TEST.A.001")
 def test_x(target):
     pass
 """
-    suite(kc, "test_in", body)
-    suite(kc, "test_out", body)
-    result = run(kc, "--target", "reference", "--scoped-target", "kafka-native:9.9", "conformance/suites/test_in.py", "-v")
+
+
+def _scoped_run(kc: pytest.Pytester, paths: str) -> pytest.RunResult:
+    """test_in.py and test_out.py; kafka-native:9.9 scoped to `paths`: must run test_in only."""
+    suite(kc, "test_in", ONE_TEST)
+    suite(kc, "test_out", ONE_TEST)
+    result = run(kc, "--target", "reference", "--scoped-target", "kafka-native:9.9", paths, "-v")
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["*test_in.py::test_x?kafka-native:9.9? PASSED*"])
     assert "test_out.py::test_x[kafka-native:9.9]" not in result.stdout.str()
+    return result
+
+
+def test_scoped_target_runs_only_under_its_paths(kc):
+    """--scoped-target adds a target for some suites only (CI runs the secured cluster on
+    the protocol and KIP-98 suites); every other target still runs everything."""
+    _scoped_run(kc, "conformance/suites/test_in.py")
 
 
 def test_scoped_target_leaves_out_the_paths_marked_with_a_bang(kc):
     """`!PATH` leaves a path out (CI runs Kafka's own crash tests on containers only); a
     scope of exclusions alone covers everything else."""
-    body = """
-import pytest
-
-@pytest.mark.requirement("TEST.A.001")
-def test_x(target):
-    pass
-"""
-    suite(kc, "test_in", body)
-    suite(kc, "test_out", body)
-    result = run(kc, "--target", "reference", "--scoped-target", "kafka-native:9.9", "!conformance/suites/test_out.py", "-v")
-    result.assert_outcomes(passed=3)
-    result.stdout.fnmatch_lines(["*test_in.py::test_x?kafka-native:9.9? PASSED*"])
-    assert "test_out.py::test_x[kafka-native:9.9]" not in result.stdout.str()
+    _scoped_run(kc, "!conformance/suites/test_out.py")
     only_bangs = run(kc, "--target", "reference", "--scoped-target", "kafka-native:9.9", "!", "-v")
     assert only_bangs.ret == pytest.ExitCode.USAGE_ERROR
 

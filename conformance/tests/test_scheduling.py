@@ -50,26 +50,26 @@ def test_a(target, n):
 """
 
 
+def _two_files(kc: pytest.Pytester, workers: str, *targets: str) -> list[str]:
+    """Run TWO_TESTS in two files on `targets` under affinity scheduling; the lifecycle log."""
+    suite(kc, "test_one", TWO_TESTS)
+    suite(kc, "test_two", TWO_TESTS)
+    args = [a for t in targets for a in ("--target", t)]
+    result = run(kc, "-n", workers, "--dist", "loadscope", "--no-loadscope-reorder", *args, subprocess=True)
+    result.assert_outcomes(passed=8)
+    return (kc.path / "lifecycle.log").read_text().splitlines()
+
+
 def test_a_cluster_target_runs_on_one_worker_as_one_unit(kc):  # noqa: F811
     """Two files, two workers: a cluster target's tests all go to one worker, so it starts
     once, not once per worker that got one of the files."""
-    suite(kc, "test_one", TWO_TESTS)
-    suite(kc, "test_two", TWO_TESTS)
-    result = run(kc, "-n", "2", "--dist", "loadscope", "--no-loadscope-reorder", "--target", "reference",
-                 "--target", "kafka-native:9.9", subprocess=True)
-    result.assert_outcomes(passed=8)
-    log = (kc.path / "lifecycle.log").read_text().splitlines()
+    log = _two_files(kc, "2", "reference", "kafka-native:9.9")
     assert len([line for line in log if line.startswith("start kafka-native")]) == 1, log
 
 
 def test_a_cluster_target_stops_when_its_unit_is_done(kc):  # noqa: F811
     """The worker stops the cluster after its last test, while other tests still run."""
-    suite(kc, "test_one", TWO_TESTS)
-    suite(kc, "test_two", TWO_TESTS)
-    result = run(kc, "-n", "1", "--dist", "loadscope", "--no-loadscope-reorder", "--target", "kafka-native:9.9",
-                 "--target", "reference", subprocess=True)
-    result.assert_outcomes(passed=8)
-    log = (kc.path / "lifecycle.log").read_text().splitlines()
+    log = _two_files(kc, "1", "kafka-native:9.9", "reference")
     runs = [i for i, line in enumerate(log) if line == "run reference"]
     assert log.index("stop kafka-native:9.9") < runs[-1], log
 
