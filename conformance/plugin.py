@@ -808,8 +808,14 @@ def pytest_configure_node(node: Any) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any):
-    """`--dist loadscope`: target-affinity scheduling (conformance/scheduling.py)."""
-    if config.getoption("dist", None) != "loadscope":
+    """`--dist loadscope`: target-affinity scheduling; `--dist loadfile`: xdist's, fixed so a
+    crashed worker cannot hang the run (conformance/scheduling.py)."""
+    dist = config.getoption("dist", None)
+    if dist == "loadfile":
+        from conformance.scheduling import CrashSafeLoadFileScheduling
+
+        return CrashSafeLoadFileScheduling(config, log)
+    if dist != "loadscope":
         return None
     from conformance.scheduling import TargetAffinityScheduling
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from xdist.scheduler import LoadScopeScheduling
+from xdist.scheduler import LoadFileScheduling, LoadScopeScheduling
 
 # The KIP-932 suite is the largest on every cluster target: a bucket of its own lets two
 # workers share a target's work (two clusters of it, not one per worker).
@@ -43,7 +43,32 @@ def scope_of(nodeid: str, cluster_specs: Sequence[str]) -> str:
     return f"{spec}|{suite if suite in _OWN_BUCKET_SUITES else 'other'}"
 
 
-class TargetAffinityScheduling(LoadScopeScheduling):
+class CrashSafeScopes:
+    """xdist 3.8's LoadScopeScheduling.remove_node, when a worker dies (kipcheck's deadline
+    ends a worker stuck in a C call), puts the worker's whole workload back in the queue:
+    its finished units too, and the crashed test as still pending. A finished unit handed
+    out later sends no test, so a worker holding its last test (it runs one only when the
+    next is known) waits for good and the run hangs; the crashed test would run again.
+    Here only units with tests left go back, without the crashed test (as `--dist load`)."""
+
+    def remove_node(self, node):
+        workload = self.assigned_work.pop(node)
+        left = {scope: unit for scope, unit in workload.items() if not all(unit.values())}
+        if not left:
+            return None
+        crashitem = next(nodeid for unit in left.values() for nodeid, done in unit.items() if not done)
+        left[self._split_scope(crashitem)][crashitem] = True  # reported as crashed by DSession
+        self.workqueue.update((scope, unit) for scope, unit in left.items() if not all(unit.values()))
+        for other in self.assigned_work:
+            self._reschedule(other)
+        return crashitem
+
+
+class CrashSafeLoadFileScheduling(CrashSafeScopes, LoadFileScheduling):
+    """`--dist loadfile` with the crash fix above."""
+
+
+class TargetAffinityScheduling(CrashSafeScopes, LoadScopeScheduling):
     def __init__(self, config, log=None, cluster_specs: Iterable[str] = ()) -> None:
         super().__init__(config, log)
         self.cluster_specs = tuple(cluster_specs)

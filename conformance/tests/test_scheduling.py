@@ -100,3 +100,35 @@ def test_a_retired_target_is_started_again_by_its_next_unit(kc):  # noqa: F811
     result.assert_outcomes(passed=4)
     log = (kc.path / "lifecycle.log").read_text().splitlines()
     assert len([line for line in log if line.startswith("start kafka-native")]) == 2, log
+
+
+CRASHING_FILE = """
+import os
+import time
+from pathlib import Path
+
+def test_a():
+    time.sleep(0.2)
+
+def test_b():
+    time.sleep(0.2)
+
+def test_c():
+    flag = Path(__file__).parent / "crashed"
+    if {crash} and not flag.exists():
+        flag.touch()
+        os._exit(1)  # as the deadline watchdog ends a worker stuck in a C call
+    time.sleep(0.2)
+"""
+
+
+@pytest.mark.parametrize("dist", ["loadscope", "loadfile"])
+def test_a_crashed_worker_neither_hangs_the_run_nor_runs_its_test_again(pytester, dist):
+    """xdist re-queued a dead worker's finished units and its crashed test: the run hung
+    (the landing CI ran out of its 5400 s this way). Now the run ends, the crashed test is
+    reported failed once, every other test passes."""
+    for i in range(6):
+        pytester.makepyfile(**{f"test_f{i}": CRASHING_FILE.format(crash=i == 4)})
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--dist", dist, timeout=120)
+    result.assert_outcomes(passed=17, failed=1)
+    result.stdout.fnmatch_lines(["*FAILED test_f4.py::test_c - worker*crashed*"])

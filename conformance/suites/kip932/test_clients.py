@@ -36,6 +36,7 @@ from __future__ import annotations
 import itertools
 import logging
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -137,10 +138,35 @@ class ConfluentMember:
                 for tp, exc in self.consumer.commit_sync(15).items()}
 
     def close(self) -> None:
-        self.consumer.close()
+        _bounded_close(self.consumer)
 
     def crash(self) -> None:
-        self.consumer.close()
+        _bounded_close(self.consumer)
+
+
+CLOSE_BOUND_S = 90.0  # socket.timeout.ms (60 s by default) and a margin
+
+
+def _bounded_close(consumer: ConfluentShareConsumer) -> None:
+    """ShareConsumer.close() is documented to return within about socket.timeout.ms, but
+    confluent-kafka 2.16.1 (librdkafka 2.16.0) once blocked in it for minutes on a
+    containerized broker. Bounded here: the hang raises (the harness leaves the member's
+    leave invocation open, indeterminate) instead of holding the test past its deadline."""
+    done, errors = threading.Event(), []
+
+    def run() -> None:
+        try:
+            consumer.close()
+        except Exception as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            errors.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="share-consumer-close", daemon=True).start()
+    if not done.wait(CLOSE_BOUND_S):
+        raise TimeoutError(f"confluent-kafka ShareConsumer.close() did not return within {CLOSE_BOUND_S:.0f} s")
+    if errors:
+        raise errors[0]
 
 
 def _kafka_error_name(exc: Any) -> str:
