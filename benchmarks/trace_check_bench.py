@@ -54,14 +54,15 @@ def tree_cpu_seconds(root: int) -> float:
 def check_once(path: str, master: str) -> dict:
     """Run in a child process: check one trace, return timing and the (rule, seq) found."""
     from replay.check_cmd import SPARK_CONF
-    from replay.check_spark import SparkChecker
+    from replay.check_spark import SparkChecker, load_trace
+    from replay.trace_reader import list_segments
     from replay.spark_session import get_spark
 
     spark = get_spark("kipcheck-check-bench", master, SPARK_CONF)
     warm = spark.range(1000).selectExpr("sum(id)").collect()  # JVM and Python workers up before the clock
     del warm
     cpu0, started = tree_cpu_seconds(os.getpid()), time.perf_counter()
-    df = spark.read.parquet(path)
+    df = load_trace(spark, list_segments(path)[0])
     rows = df.count()
     found = [(r.rule_id, r.seq) for r in SparkChecker(spark, df).violations().select("rule_id", "seq").collect()]
     seconds = time.perf_counter() - started

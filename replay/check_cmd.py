@@ -132,12 +132,11 @@ def run_pure(paths: list[str], cfg: CheckConfig, skip_undecoded: bool) -> tuple[
 def run_spark(paths: list[str], cfg: CheckConfig, skip_undecoded: bool, master: str | None, out: str) -> tuple[Any, dict]:
     from pyspark.sql import functions as F
 
-    from replay.check_spark import SparkChecker, names_map, topic_names, trace_schema, upgrade
+    from replay.check_spark import SparkChecker, load_trace, names_map, topic_names
     from replay.spark_session import DEFAULT_SHUFFLE_PARTITIONS, get_spark
 
     spark = get_spark("kipcheck-check", master, SPARK_CONF)
-    raw = spark.read.schema(trace_schema()).parquet(*paths)  # version 1 and 2 segments in one scan
-    df = upgrade(raw)
+    df = load_trace(spark, paths)  # version 1 and 2 segments in one DataFrame
     gap, undecoded = F.col("kind") == "gap", (F.col("kind") != "gap") & F.col("decode_error").isNotNull()
     # one job: the counts, and the topic name -> id pairs the checker needs
     got = df.select(F.count(F.lit(1)).alias("rows"), F.sum(gap.cast("long")).alias("gap_rows"),
@@ -155,9 +154,10 @@ def run_spark(paths: list[str], cfg: CheckConfig, skip_undecoded: bool, master: 
         # a small trace in many tasks pays per-task and per-Python-worker costs for nothing
         spark.conf.set("spark.sql.shuffle.partitions", "2")
         buckets = 2
-    violations = SparkChecker(spark, raw, cfg, buckets=buckets, names=names).violations()
+    checker = SparkChecker(spark, df, cfg, buckets=buckets, names=names)
     path = os.path.join(out, "violations.parquet")
-    violations.write.mode("overwrite").parquet(path)
+    checker.violations().write.mode("overwrite").parquet(path)
+    checker.unpersist()
     return spark.read.parquet(path), stats
 
 

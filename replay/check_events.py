@@ -33,7 +33,7 @@ def relevant(api_key: int, transactional_id: str | None, isolation_level: int | 
     return api_key in RELEVANT_APIS
 
 
-# Event columns per entity kind (the applyInPandas input schemas follow these).
+# Event columns per entity kind (what each replay reads of the flat event table).
 TXN_EVENT = ["entity", "seq", "api", "t_req", "t_resp", "pid", "epoch", "grant_pid", "grant_epoch", "ok"]
 GROUP_EVENT = ["entity", "seq", "kind", "t", "topic", "partition", "offset", "txn", "committed"]
 SHARE_EVENT = ["entity", "seq", "kind", "topic_id", "partition", "member", "first", "last", "count", "types", "t_req",

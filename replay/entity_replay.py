@@ -1,7 +1,7 @@
 """Per-entity replay of the reference state machines over a trace (no I/O, no Spark).
 
 `kipcheck check` groups normalized trace events by entity and runs one of these functions
-per entity: from Spark through `applyInPandas` (replay.check_spark) and directly in the
+per entity: from Spark through `applyInArrow` (replay.check_spark) and directly in the
 pure-Python checker (replay.check_pure). Each takes the entity key and its events (dicts,
 any order: they are sorted here) and returns violations ``(rule_id, entity, seq, detail)``.
 

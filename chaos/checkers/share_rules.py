@@ -24,8 +24,13 @@ SETTLING: frozenset[str] = frozenset({"accept", "reject", "gap"})
 REJECT / GAP -> Archived; such a record is never delivered again (KIP-932.STATE.005/008)."""
 
 
+_NAME_OF_CODE = {int(t): t.name.lower() for t in AcknowledgeType}
+
+
 def ack_name(ack: Any) -> str:
     """``1`` / ``AcknowledgeType.ACCEPT`` / ``"ACCEPT"`` -> ``"accept"`` (ValueError if none)."""
+    if type(ack) is int and ack in _NAME_OF_CODE:  # the trace checks' hot path: once per acknowledged offset
+        return _NAME_OF_CODE[ack]
     if isinstance(ack, str):
         return AcknowledgeType[ack.upper()].name.lower()
     return AcknowledgeType(int(ack)).name.lower()
