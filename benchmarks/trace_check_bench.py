@@ -5,7 +5,8 @@ of two sizes (full: 1M and 10M exchanges; --quick: 100k and 1M), checks each on 
 and local[2], verifies that the violations found are exactly the injected ones, and prints
 exchanges per second and the growth from the small to the large trace (time ratio over
 size ratio: 1.0 is linear). Each master runs in its own Python process (a JVM keeps its
-master for life), so every row includes reading the Parquet segments but not the JVM start.
+master for life), so every row includes the command's decode pass and reading the Parquet
+segments but not the JVM start.
 Besides wall time it reports the CPU seconds the Spark JVM and its Python workers used
 (from /proc): on a shared, busy machine wall time mostly measures the other processes,
 CPU time per exchange does not; cpu s / cores is the wall time to expect on idle cores
@@ -52,23 +53,25 @@ def tree_cpu_seconds(root: int) -> float:
 
 
 def check_once(path: str, master: str) -> dict:
-    """Run in a child process: check one trace, return timing and the (rule, seq) found."""
-    from replay.check_cmd import SPARK_CONF
+    """Run in a child process: check one trace as `kipcheck check` does (the decode pass
+    with its counts, then the Spark job), return timing and the (rule, seq) found."""
+    from replay.check_cmd import SPARK_CONF, ScanStats, validate_segments
     from replay.check_spark import SparkChecker, load_trace
-    from replay.trace_reader import list_segments
     from replay.spark_session import get_spark
 
     spark = get_spark("kipcheck-check-bench", master, SPARK_CONF)
     warm = spark.range(1000).selectExpr("sum(id)").collect()  # JVM and Python workers up before the clock
     del warm
     cpu0, started = tree_cpu_seconds(os.getpid()), time.perf_counter()
-    df = load_trace(spark, list_segments(path)[0])
-    rows = df.count()
-    found = [(r.rule_id, r.seq) for r in SparkChecker(spark, df).violations().select("rule_id", "seq").collect()]
+    scan = ScanStats()
+    paths, _ = validate_segments(path, scan)
+    checker = SparkChecker(spark, load_trace(spark, paths), names=scan.topic_ids())
+    found = [(r.rule_id, r.seq) for r in checker.violations().select("rule_id", "seq").collect()]
+    checker.unpersist()
     seconds = time.perf_counter() - started
     cpu = tree_cpu_seconds(os.getpid()) - cpu0
     spark.stop()
-    return {"rows": rows, "seconds": seconds, "cpu_seconds": cpu, "found": sorted(found)}
+    return {"rows": scan.counts["rows"], "seconds": seconds, "cpu_seconds": cpu, "found": sorted(found)}
 
 
 def run_child(path: str, master: str, root: str | None = None) -> dict:

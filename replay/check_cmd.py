@@ -27,6 +27,7 @@ import os
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 if __package__ in (None, ""):  # run as a script (spark-submit replay/check_cmd.py)
@@ -61,11 +62,84 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 # ----------------------------------------------------------------------------- input
 
 
-def validate_segments(directory: str) -> tuple[list[str], tr.TraceReport]:
+@dataclass
+class ScanStats:
+    """What the check reports of the rows it read, and the topic name -> id pairs the Spark
+    checker needs, gathered from validate_segments' decode pass (no Spark job of its own)."""
+
+    counts: Counter = field(default_factory=Counter)  # rows, gap_rows, gap_exchanges, exchanges, undecoded
+    undecoded_first: list[dict] = field(default_factory=list)  # the 3 undecoded rows of lowest seq
+    topic_pairs: set = field(default_factory=set)  # (topic, topic id) of partition entries of relevant exchanges
+
+    def topic_ids(self) -> dict[str, str]:
+        from replay.check_spark import names_map
+
+        return names_map([{"t": t, "i": i} for t, i in self.topic_pairs])
+
+    def visit(self, path: str, table: Any) -> None:
+        import pyarrow.compute as pc
+
+        table = tr.upgrade(table)  # a version-1 row group: the typed columns relevance reads
+        kind = table.column("kind")
+        gap = pc.fill_null(pc.equal(kind, "gap"), False)
+        exchange = pc.invert(gap)
+        undecoded = pc.and_(exchange, pc.is_valid(table.column("decode_error")))
+        self.counts["rows"] += table.num_rows
+        self.counts["gap_rows"] += pc.sum(gap).as_py() or 0
+        self.counts["gap_exchanges"] += pc.sum(pc.filter(table.column("gap_count"), gap)).as_py() or 0
+        self.counts["exchanges"] += pc.sum(exchange).as_py() or 0
+        n_undecoded = pc.sum(undecoded).as_py() or 0
+        self.counts["undecoded"] += n_undecoded
+        if n_undecoded:
+            rows = table.filter(undecoded).select(["seq", "api_key", "api_version", "decode_error"]).to_pylist()
+            self.undecoded_first = sorted(self.undecoded_first + [{**r, "file": path} for r in rows],
+                                          key=lambda r: r["seq"] if r["seq"] is not None else -1)[:3]
+        entries = pc.list_flatten(table.filter(_relevant(table)).column("partitions"))
+        if len(entries):
+            pairs = pa_table_of(entries)
+            self.topic_pairs.update(zip(pairs.column("t").to_pylist(), pairs.column("i").to_pylist()))
+
+
+def _relevant(table: Any) -> Any:
+    """replay.check_events.relevant over a pyarrow table (the Spark checker's WANTED)."""
+    import pyarrow.compute as pc
+
+    from replay import check_events as ev
+    from reference_impl.protocol.api_keys import ApiKey
+
+    api = table.column("api_key")
+    base = pc.and_(pc.and_(pc.fill_null(pc.equal(table.column("kind"), "exchange"), False),
+                           pc.is_valid(table.column("seq"))), pc.is_null(table.column("decode_error")))
+    produce = pc.and_(pc.equal(api, int(ApiKey.PRODUCE)), pc.is_valid(table.column("transactional_id")))
+    fetch = pc.and_(pc.equal(api, int(ApiKey.FETCH)),
+                    pc.fill_null(pc.equal(table.column("isolation_level"), ev.READ_COMMITTED), False))
+    other = pc.and_(pc.invert(pc.is_in(api, pa_array([int(ApiKey.PRODUCE), int(ApiKey.FETCH)]))),
+                    pc.is_in(api, pa_array([int(k) for k in ev.RELEVANT_APIS])))
+    return pc.fill_null(pc.and_(base, pc.or_(pc.or_(produce, fetch), other)), False)
+
+
+def pa_array(values: list) -> Any:
+    import pyarrow as pa
+
+    return pa.array(values, pa.int16())
+
+
+def pa_table_of(entries: Any) -> Any:
+    """The distinct (topic, topic id) pairs of partition entries naming both."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    t = pa.table({"t": pc.struct_field(entries, "topic"), "i": pc.struct_field(entries, "topic_id")})
+    t = t.filter(pc.and_(pc.is_valid(t.column("t")), pc.is_valid(t.column("i"))))
+    return t.group_by(["t", "i"]).aggregate([])
+
+
+def validate_segments(directory: str, scan: ScanStats | None = None) -> tuple[list[str], tr.TraceReport]:
     """Completed segments to read; raises TraceError naming the file (and offset) otherwise.
 
     Every column chunk is decoded here (pyarrow) whatever the engine, so Spark and the pure
-    engine refuse exactly the same damaged input, with the same one-line message."""
+    engine refuse exactly the same damaged input, with the same one-line message; `scan`
+    gathers its statistics from the same decode."""
     if not os.path.isdir(directory):
         raise tr.TraceError(f"trace directory {directory} does not exist")
     done, partial = tr.list_segments(directory)
@@ -82,7 +156,7 @@ def validate_segments(directory: str) -> tuple[list[str], tr.TraceReport]:
         if version is None or not version.isdigit() or int(version) not in tr.ts.SUPPORTED_VERSIONS:
             raise tr.UnknownSchemaVersion(path, version)
         try:
-            rows = tr.verify_segment(path)  # every chunk decodes, for either engine
+            rows = tr.verify_segment(path, None if scan is None else (lambda t, p=path: scan.visit(p, t)))
         except tr.TraceCorruptError as exc:
             raise tr.TraceCorruptError(path, exc.why, exc.offset, report) from exc
         report.read.append(tr.SegmentInfo(path, size, rows))
@@ -129,32 +203,22 @@ def run_pure(paths: list[str], cfg: CheckConfig, skip_undecoded: bool) -> tuple[
     return check_pure.check_table(pa.concat_tables(tables), cfg), dict(stats)
 
 
-def run_spark(paths: list[str], cfg: CheckConfig, skip_undecoded: bool, master: str | None, out: str) -> tuple[Any, dict]:
-    from pyspark.sql import functions as F
-
-    from replay.check_spark import SparkChecker, load_trace, names_map, topic_names
+def run_spark(paths: list[str], scan: ScanStats, cfg: CheckConfig, skip_undecoded: bool, master: str | None,
+              out: str) -> tuple[Any, dict]:
+    from replay.check_spark import SparkChecker, load_trace
     from replay.spark_session import DEFAULT_SHUFFLE_PARTITIONS, get_spark
 
+    stats = {k: int(scan.counts[k]) for k in ("rows", "gap_rows", "gap_exchanges", "exchanges", "undecoded")}
+    if stats["undecoded"] and not skip_undecoded:
+        raise _undecoded_error(scan.undecoded_first, stats["undecoded"], stats["exchanges"])
     spark = get_spark("kipcheck-check", master, SPARK_CONF)
     df = load_trace(spark, paths)  # version 1 and 2 segments in one DataFrame
-    gap, undecoded = F.col("kind") == "gap", (F.col("kind") != "gap") & F.col("decode_error").isNotNull()
-    # one job: the counts, and the topic name -> id pairs the checker needs
-    got = df.select(F.count(F.lit(1)).alias("rows"), F.sum(gap.cast("long")).alias("gap_rows"),
-                    F.sum(F.when(gap, F.coalesce("gap_count", F.lit(0))).otherwise(0)).alias("gap_exchanges"),
-                    F.sum((~gap).cast("long")).alias("exchanges"), F.sum(undecoded.cast("long")).alias("undecoded"),
-                    topic_names(df)).collect()[0].asDict()
-    names = names_map(got.pop("topic_names"))
-    stats = {k: int(v or 0) for k, v in got.items()}
-    if stats["undecoded"] and not skip_undecoded:
-        rows = (df.filter(undecoded).select(F.input_file_name().alias("file"), "seq", "api_key", "api_version", "decode_error")
-                .orderBy("seq").limit(3).collect())
-        raise _undecoded_error([r.asDict() for r in rows], stats["undecoded"], stats["exchanges"])
     buckets = None
     if stats["exchanges"] < SMALL_TRACE and spark.conf.get("spark.sql.shuffle.partitions") == DEFAULT_SHUFFLE_PARTITIONS:
         # a small trace in many tasks pays per-task and per-Python-worker costs for nothing
         spark.conf.set("spark.sql.shuffle.partitions", "2")
         buckets = 2
-    checker = SparkChecker(spark, df, cfg, buckets=buckets, names=names)
+    checker = SparkChecker(spark, df, cfg, buckets=buckets, names=scan.topic_ids())
     path = os.path.join(out, "violations.parquet")
     checker.violations().write.mode("overwrite").parquet(path)
     checker.unpersist()
@@ -217,7 +281,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = CheckConfig(lock_duration_ms=args.lock_duration_ms, delivery_count_limit=args.delivery_count_limit)
     started = time.monotonic()
     try:
-        paths, report = validate_segments(args.trace_dir)
+        scan = ScanStats() if args.engine == "spark" else None
+        paths, report = validate_segments(args.trace_dir, scan)
         for s in report.skipped:
             print(f"kipcheck check: skipping {s.path} ({s.size} bytes): {s.reason}", file=sys.stderr)
         os.makedirs(args.out, exist_ok=True)
@@ -232,7 +297,7 @@ def run(args: argparse.Namespace) -> int:
             pq.write_table(pa.Table.from_pylist(rows, schema=schema), os.path.join(args.out, "violations.parquet"))
             counts = Counter(r["rule_id"] for r in rows)
         else:
-            vdf, stats = run_spark(paths, cfg, args.skip_undecoded, args.master, args.out)
+            vdf, stats = run_spark(paths, scan, cfg, args.skip_undecoded, args.master, args.out)
             rows, counts = spark_samples(vdf)
     except (tr.TraceError, CheckInputError) as exc:
         print(f"kipcheck check: {exc}", file=sys.stderr)

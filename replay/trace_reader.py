@@ -14,6 +14,7 @@ from __future__ import annotations
 import glob
 import os
 from dataclasses import dataclass, field
+from typing import Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -151,14 +152,15 @@ def _chunk_offset(md: pq.FileMetaData, rg: int, column: str) -> int | None:
     return None
 
 
-def verify_segment(path: str) -> int:
+def verify_segment(path: str, visit: Callable[[pa.Table], None] | None = None) -> int:
     """Decode every column chunk of every row group (with page checksums verified where the
     writer stored them) and return the row count; raises TraceCorruptError naming the row
     group, column and chunk offset of the first chunk that does not decode.
 
     Both engines call this before reading: Spark prunes columns a job does not use and
     reads lazily, so a damaged chunk would otherwise pass unnoticed (or surface as a Java
-    stack mid-job) where the pure engine's full read fails."""
+    stack mid-job) where the pure engine's full read fails. `visit` gets each decoded row
+    group (a pyarrow table), so a caller gathers what it needs without reading again."""
     try:
         pf = pq.ParquetFile(path, page_checksum_verification=True)
     except Exception as exc:  # noqa: BLE001 - an unreadable footer is corruption
@@ -166,9 +168,11 @@ def verify_segment(path: str) -> int:
     md = pf.metadata
     for rg in range(md.num_row_groups):
         try:
-            pf.read_row_group(rg)
+            table = pf.read_row_group(rg)
         except Exception as exc:  # noqa: BLE001 - pyarrow's errors for damaged pages
             _locate(pf, path, rg, exc)
+        if visit is not None:  # a caller's statistics from the same decode (not corruption if it fails)
+            visit(table)
     return md.num_rows
 
 
