@@ -79,6 +79,8 @@ class ScanStats:
     def visit(self, path: str, table: Any) -> None:
         import pyarrow.compute as pc
 
+        from replay import check_events as ev
+
         table = tr.upgrade(table)  # a version-1 row group: the typed columns relevance reads
         kind = table.column("kind")
         gap = pc.fill_null(pc.equal(kind, "gap"), False)
@@ -94,37 +96,13 @@ class ScanStats:
             rows = table.filter(undecoded).select(["seq", "api_key", "api_version", "decode_error"]).to_pylist()
             self.undecoded_first = sorted(self.undecoded_first + [{**r, "file": path} for r in rows],
                                           key=lambda r: r["seq"] if r["seq"] is not None else -1)[:3]
-        entries = pc.list_flatten(table.filter(_relevant(table)).column("partitions"))
+        entries = pc.list_flatten(table.filter(ev.relevant_mask(table)).column("partitions"))
         if len(entries):
-            pairs = pa_table_of(entries)
+            pairs = _topic_pairs(entries)
             self.topic_pairs.update(zip(pairs.column("t").to_pylist(), pairs.column("i").to_pylist()))
 
 
-def _relevant(table: Any) -> Any:
-    """replay.check_events.relevant over a pyarrow table (the Spark checker's WANTED)."""
-    import pyarrow.compute as pc
-
-    from replay import check_events as ev
-    from reference_impl.protocol.api_keys import ApiKey
-
-    api = table.column("api_key")
-    base = pc.and_(pc.and_(pc.fill_null(pc.equal(table.column("kind"), "exchange"), False),
-                           pc.is_valid(table.column("seq"))), pc.is_null(table.column("decode_error")))
-    produce = pc.and_(pc.equal(api, int(ApiKey.PRODUCE)), pc.is_valid(table.column("transactional_id")))
-    fetch = pc.and_(pc.equal(api, int(ApiKey.FETCH)),
-                    pc.fill_null(pc.equal(table.column("isolation_level"), ev.READ_COMMITTED), False))
-    other = pc.and_(pc.invert(pc.is_in(api, pa_array([int(ApiKey.PRODUCE), int(ApiKey.FETCH)]))),
-                    pc.is_in(api, pa_array([int(k) for k in ev.RELEVANT_APIS])))
-    return pc.fill_null(pc.and_(base, pc.or_(pc.or_(produce, fetch), other)), False)
-
-
-def pa_array(values: list) -> Any:
-    import pyarrow as pa
-
-    return pa.array(values, pa.int16())
-
-
-def pa_table_of(entries: Any) -> Any:
+def _topic_pairs(entries: Any) -> Any:
     """The distinct (topic, topic id) pairs of partition entries naming both."""
     import pyarrow as pa
     import pyarrow.compute as pc

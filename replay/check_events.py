@@ -6,6 +6,8 @@ and helpers are the one definition of what is selected and how entities are keye
 
 from __future__ import annotations
 
+from typing import Any
+
 from reference_impl.protocol.api_keys import ApiKey
 
 TXN_APIS = (ApiKey.INIT_PRODUCER_ID, ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN, ApiKey.TXN_OFFSET_COMMIT)
@@ -31,6 +33,23 @@ def relevant(api_key: int, transactional_id: str | None, isolation_level: int | 
     if api_key == ApiKey.FETCH:
         return isolation_level == READ_COMMITTED
     return api_key in RELEVANT_APIS
+
+
+def relevant_mask(table: Any) -> Any:
+    """`relevant` over a pyarrow table of trace rows, also requiring a decoded exchange with
+    a seq: a boolean array (check_cmd's decode pass; check_spark.WANTED is the same in SQL)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    api = table.column("api_key")
+    exchange = pc.and_(pc.and_(pc.fill_null(pc.equal(table.column("kind"), "exchange"), False),
+                               pc.is_valid(table.column("seq"))), pc.is_null(table.column("decode_error")))
+    produce = pc.and_(pc.equal(api, int(ApiKey.PRODUCE)), pc.is_valid(table.column("transactional_id")))
+    fetch = pc.and_(pc.equal(api, int(ApiKey.FETCH)),
+                    pc.fill_null(pc.equal(table.column("isolation_level"), READ_COMMITTED), False))
+    keys = lambda ks: pa.array([int(k) for k in ks], api.type)  # noqa: E731
+    other = pc.and_(pc.invert(pc.is_in(api, keys([ApiKey.PRODUCE, ApiKey.FETCH]))), pc.is_in(api, keys(RELEVANT_APIS)))
+    return pc.fill_null(pc.and_(exchange, pc.or_(pc.or_(produce, fetch), other)), False)
 
 
 # Event columns per entity kind (what each replay reads of the flat event table).
