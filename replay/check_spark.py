@@ -168,7 +168,7 @@ def _each(cond: str, array: str, var: str, keep: str, make: str) -> str:
 
 def topic_names(df: Any) -> Any:
     """Aggregate expression: the distinct (topic, topic id) pairs of partition entries of
-    the exchanges some rule reads (fold it into another aggregate: no job of its own)."""
+    the exchanges some rule reads (when the caller has not gathered them already)."""
     pairs = ("filter(transform(partitions, p -> named_struct('t', p.topic, 'i', p.topic_id)), "
              "x -> x.t IS NOT NULL AND x.i IS NOT NULL)")
     return _F().expr(f"array_distinct(flatten(collect_set(CASE WHEN {WANTED} THEN {pairs} END)))").alias("topic_names")
@@ -196,7 +196,7 @@ class SparkChecker:
         self.buckets = buckets or int(spark.conf.get("spark.sql.shuffle.partitions", "8"))
         self.df = df  # as load_trace gives it: version-1 rows upgraded
         self.flat = None
-        if names is None:  # check_cmd passes them from its counting job
+        if names is None:  # check_cmd passes them from its decode pass
             names = names_map(self.df.select(topic_names(self.df)).collect()[0]["topic_names"])
         # topics are few: a literal map, no join (and no shuffle) where names meet ids
         self.names = ("map(" + ", ".join(sql_str(x) for kv in sorted(names.items()) for x in kv) + ")") if names else None
