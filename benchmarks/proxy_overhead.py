@@ -18,7 +18,8 @@ twice, directly against the broker and through the proxy, alternating, `--repeat
   its delivery report; p50/p99 over M messages.
 
 Throughputs are medians over the repeats; latency percentiles pool every repeat's samples.
-Issue targets: proxied throughput >= 0.8 x direct, added p99 <= 1 ms. Each process is
+Targets (issue 13, the same constants as benchmarks/proxy_bench.py): proxied throughput
+>= 0.9 x direct, added p50 <= 0.3 ms on the reference. Each process is
 separate (broker, proxy, clients), as in a real deployment; on a shared 2-core machine the
 proxy competes with the broker and the clients for CPU, which a real deployment would not.
 """
@@ -38,11 +39,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from benchmarks.proxy_bench import ADDED_P50_TARGET_MS, THROUGHPUT_TARGET
 from benchmarks.bench_clients import (aligned, cell, Background, consume_run, create_topic, percentile, produce_ack_run,
                                       produce_run, start_target)
 
-THROUGHPUT_TARGET = 0.8
-ADDED_P99_TARGET_MS = 1.0
 VALUE = b"x" * 100
 
 
@@ -73,14 +73,22 @@ class Row:
         return self.proxied_p99_ms - self.direct_p99_ms
 
     @property
+    def added_p50_ms(self) -> float | None:
+        if self.direct_p50_ms is None or self.proxied_p50_ms is None:
+            return None
+        return self.proxied_p50_ms - self.direct_p50_ms
+
+    @property
     def met(self) -> bool | None:
         if self.workload == "produce round trip":
-            return None if self.added_p99_ms is None else self.added_p99_ms <= ADDED_P99_TARGET_MS
+            if self.added_p50_ms is None or not self.target.startswith("reference"):
+                return None
+            return self.added_p50_ms <= ADDED_P50_TARGET_MS
         return None if self.ratio is None else self.ratio >= THROUGHPUT_TARGET
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d.update(ratio=self.ratio, added_p99_ms=self.added_p99_ms, met=self.met)
+        d.update(ratio=self.ratio, added_p50_ms=self.added_p50_ms, added_p99_ms=self.added_p99_ms, met=self.met)
         return d
 
 
@@ -183,7 +191,7 @@ def bench_proxy(spec: str, bootstrap: str, writer: str, n: int, m: int, repeat: 
 
 def table(rows: list[Row]) -> str:
     head = ("target", "writer", "workload", "direct msgs/s", "proxied msgs/s", "ratio", "direct p50/p99 ms",
-            "proxied p50/p99 ms", "added p99 ms", "met")
+            "proxied p50/p99 ms", "added p50/p99 ms", "met")
     lines = [head]
     for r in rows:
         lat = r.workload == "produce round trip"
@@ -191,7 +199,7 @@ def table(rows: list[Row]) -> str:
                       cell(r.ratio, ".2f"),
                       f"{cell(r.direct_p50_ms, '.2f')}/{cell(r.direct_p99_ms, '.2f')}" if lat else "-",
                       f"{cell(r.proxied_p50_ms, '.2f')}/{cell(r.proxied_p99_ms, '.2f')}" if lat else "-",
-                      cell(r.added_p99_ms, "+.2f") if lat else "-",
+                      f"{cell(r.added_p50_ms, '+.2f')}/{cell(r.added_p99_ms, '+.2f')}" if lat else "-",
                       {True: "yes", False: "NO", None: "-"}[r.met]))
     return aligned(lines)
 
@@ -227,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # noqa: BLE001 - one target failing does not hide the others
             failures.append(f"{spec}: {exc}")
     print(table(rows))
-    print(f"\nissue targets: proxied throughput >= {THROUGHPUT_TARGET}x direct, added p99 <= {ADDED_P99_TARGET_MS} ms; "
+    print(f"\nissue targets: proxied throughput >= {THROUGHPUT_TARGET}x direct, added p50 <= {ADDED_P50_TARGET_MS} ms (reference); "
           f"{n} msgs x {repeat} repeat(s) per throughput cell, {m * repeat} round trips per latency cell")
     missed = [r for r in rows if r.met is False]
     print("all targets met" if rows and not missed else

@@ -4,7 +4,7 @@ Suites (each prints its own table):
   broker       (default) the embedded reference broker: starts a ThreadedReferenceCluster on
                loopback, runs every measurement of benchmarks/reference_broker.py against it
                (each bounded by a count and a time budget);
-  proxy        capture-proxy overhead against direct connections (benchmarks/proxy_overhead.py);
+  proxy        capture-proxy overhead against direct connections (benchmarks/proxy_bench.py);
   trace-check  `kipcheck check` throughput on synthetic traces, Spark local[1]/local[2]
                (benchmarks/trace_check_bench.py);
   trace-diff   `kipcheck diff` throughput, Spark vs the DuckDB baseline (benchmarks/trace_diff_bench.py);
