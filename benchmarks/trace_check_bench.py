@@ -53,10 +53,10 @@ def tree_cpu_seconds(root: int) -> float:
 
 
 def check_once(path: str, master: str) -> dict:
-    """Run in a child process: check one trace as `kipcheck check` does (the decode pass
-    with its counts, then the Spark job), return timing and the (rule, seq) found."""
-    from replay.check_cmd import SPARK_CONF, ScanStats, validate_segments
-    from replay.check_spark import SparkChecker, load_trace
+    """Run in a child process: check one trace as `kipcheck check` does (check_cmd's decode
+    pass, then its Spark job), return timing and the (rule, seq) found."""
+    from replay.check_cmd import SPARK_CONF, ScanStats, run_spark, validate_segments
+    from replay.entity_replay import CheckConfig
     from replay.spark_session import get_spark
 
     spark = get_spark("kipcheck-check-bench", master, SPARK_CONF)
@@ -65,13 +65,12 @@ def check_once(path: str, master: str) -> dict:
     cpu0, started = tree_cpu_seconds(os.getpid()), time.perf_counter()
     scan = ScanStats()
     paths, _ = validate_segments(path, scan)
-    checker = SparkChecker(spark, load_trace(spark, paths), names=scan.topic_ids())
-    found = [(r.rule_id, r.seq) for r in checker.violations().select("rule_id", "seq").collect()]
-    checker.unpersist()
+    vdf, stats = run_spark(paths, scan, CheckConfig(), False, master, tempfile.mkdtemp(prefix="kipcheck-check-bench-"))
+    found = [(r.rule_id, r.seq) for r in vdf.select("rule_id", "seq").collect()]
     seconds = time.perf_counter() - started
     cpu = tree_cpu_seconds(os.getpid()) - cpu0
     spark.stop()
-    return {"rows": scan.counts["rows"], "seconds": seconds, "cpu_seconds": cpu, "found": sorted(found)}
+    return {"rows": stats["rows"], "seconds": seconds, "cpu_seconds": cpu, "found": sorted(found)}
 
 
 def run_child(path: str, master: str, root: str | None = None) -> dict:

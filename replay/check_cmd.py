@@ -64,17 +64,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 @dataclass
 class ScanStats:
-    """What the check reports of the rows it read, and the topic name -> id pairs the Spark
-    checker needs, gathered from validate_segments' decode pass (no Spark job of its own)."""
+    """What the check reports of the rows it read (either engine), and the topic name -> id
+    pairs the Spark checker needs, gathered from validate_segments' decode pass: no second
+    read, no Spark job of its own."""
 
     counts: Counter = field(default_factory=Counter)  # rows, gap_rows, gap_exchanges, exchanges, undecoded
     undecoded_first: list[dict] = field(default_factory=list)  # the 3 undecoded rows of lowest seq
     topic_pairs: set = field(default_factory=set)  # (topic, topic id) of partition entries of relevant exchanges
 
     def topic_ids(self) -> dict[str, str]:
-        from replay.check_spark import names_map
+        """Topic name -> the smallest topic id the trace gives it (as check_pure._topic_ids)."""
+        out: dict[str, str] = {}
+        for name, topic_id in self.topic_pairs:
+            out[name] = min(out.get(name, topic_id), topic_id)
+        return out
 
-        return names_map([{"t": t, "i": i} for t, i in self.topic_pairs])
+    def stats(self) -> dict[str, int]:
+        return {k: int(self.counts[k]) for k in ("rows", "gap_rows", "gap_exchanges", "exchanges", "undecoded")}
 
     def visit(self, path: str, table: Any) -> None:
         import pyarrow.compute as pc
@@ -157,28 +163,16 @@ def _undecoded_error(rows: list[dict], total: int, exchanges: int) -> CheckInput
 # ----------------------------------------------------------------------------- engines
 
 
-def run_pure(paths: list[str], cfg: CheckConfig, skip_undecoded: bool) -> tuple[list[dict], dict]:
+def run_pure(paths: list[str], scan: ScanStats, cfg: CheckConfig, skip_undecoded: bool) -> tuple[list[dict], dict]:
     import pyarrow as pa
 
     from replay import check_pure
 
-    tables, undecoded, stats = [], [], Counter()
-    for path in paths:
-        t = tr.read_segment(path)
-        stats["rows"] += t.num_rows
-        for r in t.select(["kind", "seq", "api_key", "api_version", "decode_error", "gap_count"]).to_pylist():
-            if r["kind"] == "gap":
-                stats["gap_rows"] += 1
-                stats["gap_exchanges"] += r["gap_count"] or 0
-            else:
-                stats["exchanges"] += 1
-                if r["decode_error"] is not None:
-                    undecoded.append({**r, "file": path})
-        tables.append(t.replace_schema_metadata(None))
-    stats["undecoded"] = len(undecoded)
-    if undecoded and not skip_undecoded:
-        raise _undecoded_error(undecoded, len(undecoded), stats["exchanges"])
-    return check_pure.check_table(pa.concat_tables(tables), cfg), dict(stats)
+    stats = scan.stats()
+    if stats["undecoded"] and not skip_undecoded:
+        raise _undecoded_error(scan.undecoded_first, stats["undecoded"], stats["exchanges"])
+    tables = [tr.read_segment(path).replace_schema_metadata(None) for path in paths]
+    return check_pure.check_table(pa.concat_tables(tables), cfg), stats
 
 
 def run_spark(paths: list[str], scan: ScanStats, cfg: CheckConfig, skip_undecoded: bool, master: str | None,
@@ -186,7 +180,7 @@ def run_spark(paths: list[str], scan: ScanStats, cfg: CheckConfig, skip_undecode
     from replay.check_spark import SparkChecker, load_trace
     from replay.spark_session import DEFAULT_SHUFFLE_PARTITIONS, get_spark
 
-    stats = {k: int(scan.counts[k]) for k in ("rows", "gap_rows", "gap_exchanges", "exchanges", "undecoded")}
+    stats = scan.stats()
     if stats["undecoded"] and not skip_undecoded:
         raise _undecoded_error(scan.undecoded_first, stats["undecoded"], stats["exchanges"])
     spark = get_spark("kipcheck-check", master, SPARK_CONF)
@@ -196,7 +190,7 @@ def run_spark(paths: list[str], scan: ScanStats, cfg: CheckConfig, skip_undecode
         # a small trace in many tasks pays per-task and per-Python-worker costs for nothing
         spark.conf.set("spark.sql.shuffle.partitions", "2")
         buckets = 2
-    checker = SparkChecker(spark, df, cfg, buckets=buckets, names=scan.topic_ids())
+    checker = SparkChecker(spark, df, scan.topic_ids(), cfg, buckets=buckets)
     path = os.path.join(out, "violations.parquet")
     checker.violations().write.mode("overwrite").parquet(path)
     checker.unpersist()
@@ -259,13 +253,13 @@ def run(args: argparse.Namespace) -> int:
     cfg = CheckConfig(lock_duration_ms=args.lock_duration_ms, delivery_count_limit=args.delivery_count_limit)
     started = time.monotonic()
     try:
-        scan = ScanStats() if args.engine == "spark" else None
+        scan = ScanStats()
         paths, report = validate_segments(args.trace_dir, scan)
         for s in report.skipped:
             print(f"kipcheck check: skipping {s.path} ({s.size} bytes): {s.reason}", file=sys.stderr)
         os.makedirs(args.out, exist_ok=True)
         if args.engine == "pure":
-            rows, stats = run_pure(paths, cfg, args.skip_undecoded)
+            rows, stats = run_pure(paths, scan, cfg, args.skip_undecoded)
             import pyarrow as pa
             import pyarrow.parquet as pq
 

@@ -15,7 +15,7 @@
 
 Same events, same replays, same results as replay.check_pure (the parity test holds them
 to it). Only violations leave the executors; the topic name -> id map comes from the
-driver (check_cmd gathers it in its decode pass; without it, one aggregate job here).
+driver (check_cmd gathers it in its decode pass).
 """
 
 from __future__ import annotations
@@ -130,8 +130,8 @@ def load_trace(spark: Any, paths: list[str]) -> Any:
     from replay import trace_reader as tr
     from replay import trace_schema as ts
 
-    old = [p for p in paths if tr.segment_version(p) != str(ts.SCHEMA_VERSION)]
-    current = [p for p in paths if p not in set(old)]
+    is_current = {p: tr.segment_version(p) == str(ts.SCHEMA_VERSION) for p in paths}
+    old, current = [p for p in paths if not is_current[p]], [p for p in paths if is_current[p]]
     parts = [spark.read.schema(trace_schema()).parquet(*current)] if current else []
     if old:
         parts.append(upgrade(spark.read.schema(trace_schema()).parquet(*old)))
@@ -166,22 +166,6 @@ def _each(cond: str, array: str, var: str, keep: str, make: str) -> str:
             f"ELSE {NO_EVENTS} END")
 
 
-def topic_names(df: Any) -> Any:
-    """Aggregate expression: the distinct (topic, topic id) pairs of partition entries of
-    the exchanges some rule reads (when the caller has not gathered them already)."""
-    pairs = ("filter(transform(partitions, p -> named_struct('t', p.topic, 'i', p.topic_id)), "
-             "x -> x.t IS NOT NULL AND x.i IS NOT NULL)")
-    return _F().expr(f"array_distinct(flatten(collect_set(CASE WHEN {WANTED} THEN {pairs} END)))").alias("topic_names")
-
-
-def names_map(pairs: list) -> dict[str, str]:
-    """Topic name -> the smallest topic id the trace gives it (as check_pure._topic_ids)."""
-    out: dict[str, str] = {}
-    for p in pairs or ():
-        out[p["t"]] = min(out.get(p["t"], p["i"]), p["i"])
-    return out
-
-
 # replay.check_events.relevant (and relevant_mask) as SQL, over upgraded rows
 WANTED = ("(kind = 'exchange' AND seq IS NOT NULL AND decode_error IS NULL AND "
           f"CASE WHEN api_key = {int(ApiKey.PRODUCE)} THEN transactional_id IS NOT NULL "
@@ -190,14 +174,13 @@ WANTED = ("(kind = 'exchange' AND seq IS NOT NULL AND decode_error IS NULL AND "
 
 
 class SparkChecker:
-    def __init__(self, spark: Any, df: Any, cfg: CheckConfig | None = None, buckets: int | None = None,
-                 names: dict[str, str] | None = None) -> None:
+    def __init__(self, spark: Any, df: Any, names: dict[str, str], cfg: CheckConfig | None = None,
+                 buckets: int | None = None) -> None:
+        """df as load_trace gives it; names: topic name -> id (check_cmd.ScanStats.topic_ids)."""
         self.spark, self.cfg = spark, cfg or CheckConfig()
         self.buckets = buckets or int(spark.conf.get("spark.sql.shuffle.partitions", "8"))
-        self.df = df  # as load_trace gives it: version-1 rows upgraded
+        self.df = df
         self.flat = None
-        if names is None:  # check_cmd passes them from its decode pass
-            names = names_map(self.df.select(topic_names(self.df)).collect()[0]["topic_names"])
         # topics are few: a literal map, no join (and no shuffle) where names meet ids
         self.names = ("map(" + ", ".join(sql_str(x) for kv in sorted(names.items()) for x in kv) + ")") if names else None
 
@@ -347,7 +330,6 @@ class SparkChecker:
         The flat table feeds two branches (the events as they are, and the link window), so
         it is persisted: without it every scan and projection ran twice (measured: half the
         JVM time of a 1M-exchange check). unpersist() after the job that writes the result."""
-        F = _F()
         from pyspark import StorageLevel
 
         self.flat = self.flat_events().persist(StorageLevel.MEMORY_AND_DISK)
@@ -363,7 +345,7 @@ class SparkChecker:
                 .groupBy("bucket").applyInArrow(run, schema=VIOLATION_DDL))
 
     def unpersist(self) -> None:
-        if getattr(self, "flat", None) is not None:
+        if self.flat is not None:
             self.flat.unpersist()
             self.flat = None
 
