@@ -75,6 +75,15 @@ def print_row(r: dict) -> None:
           flush=True)
 
 
+def _runs(engines: tuple, not_spark: str, baseline: str | None) -> list[tuple[str, str, str]]:
+    """(engine, label suffix, checkout): each Spark engine on this checkout's code and, with
+    --baseline, on the other one's, back to back; `not_spark` (pure, DuckDB) once."""
+    runs = [(e, "", ROOT) for e in engines if e == not_spark]
+    for e in (e for e in engines if e != not_spark):
+        runs += [(e, " [base]", baseline)] * (baseline is not None) + [(e, " [new]" if baseline else "", ROOT)]
+    return runs
+
+
 def run_size(n: int, base: str, cluster, budget_end: float, engines: tuple, diff_engines: tuple,
              baseline: str | None = None) -> list[dict]:
     from benchmarks.synthetic_traces import generate
@@ -82,11 +91,7 @@ def run_size(n: int, base: str, cluster, budget_end: float, engines: tuple, diff
     rows = []
     path = os.path.join(base, f"trace-{n}")
     expected = sorted(tuple(x) for x in generate(path, n, seed=n % 9973))
-    # each Spark engine on this checkout's code and, with --baseline, on the other one's, back to back
-    runs = [(e, "", ROOT) for e in engines if e == "pure"]
-    for e in (e for e in engines if e != "pure"):
-        runs += [(e, " [base]", baseline)] * (baseline is not None) + [(e, " [new]" if baseline else "", ROOT)]
-    for engine, code, root in runs:
+    for engine, code, root in _runs(engines, "pure", baseline):
         label = engine + code
         if time.monotonic() > budget_end:
             rows.append(_row("check", label, n, None, "skipped: over budget"))
@@ -108,9 +113,10 @@ def run_size(n: int, base: str, cluster, budget_end: float, engines: tuple, diff
     a_dir, b_dir, expected_diff = db.make_traces(d, n, seed=7)
     a_files = sorted(os.path.join(a_dir, x) for x in os.listdir(a_dir))
     b_files = sorted(os.path.join(b_dir, x) for x in os.listdir(b_dir))
-    for engine in diff_engines:
+    for engine, code, root in _runs(diff_engines, "duckdb", baseline):
+        label = engine + code
         if time.monotonic() > budget_end:
-            rows.append(_row("diff", engine, n, None, "skipped: over budget"))
+            rows.append(_row("diff", label, n, None, "skipped: over budget"))
             print_row(rows[-1])
             continue
         try:
@@ -119,10 +125,10 @@ def run_size(n: int, base: str, cluster, budget_end: float, engines: tuple, diff
             else:
                 master = cluster.master_url if engine == "standalone" else engine
                 with _executor_env(cluster if engine == "standalone" else None):
-                    found, secs = db._run_spark_process(master, a_dir, b_dir, 7200)
-            rows.append(_row("diff", engine, n, secs, db._check(found, expected_diff)))
+                    found, secs = db._run_spark_process(master, a_dir, b_dir, 7200, root)
+            rows.append(_row("diff", label, n, secs, db._check(found, expected_diff)))
         except Exception as exc:  # noqa: BLE001
-            rows.append(_row("diff", engine, n, None, f"failed: {type(exc).__name__}: {str(exc)[:200]}"))
+            rows.append(_row("diff", label, n, None, f"failed: {type(exc).__name__}: {str(exc)[:200]}"))
         print_row(rows[-1])
     return rows
 

@@ -352,9 +352,12 @@ def _worker(argv: list[str]) -> int:
     return 0
 
 
-def _run_spark_process(master: str, a_dir: str, b_dir: str, timeout: float) -> tuple[list[tuple], float]:
+def _run_spark_process(master: str, a_dir: str, b_dir: str, timeout: float,
+                       root: str | None = None) -> tuple[list[tuple], float]:
+    """One Spark diff in a child process, on the code of checkout `root` (default: this one)."""
+    env = None if root is None else {**os.environ, "PYTHONPATH": root}
     out = subprocess.run([sys.executable, "-m", "benchmarks.trace_diff_bench", "--worker", master, a_dir, b_dir],
-                         capture_output=True, text=True, timeout=timeout)
+                         capture_output=True, text=True, timeout=timeout, cwd=root, env=env)
     for line in out.stdout.splitlines():
         if line.startswith("RESULT "):
             r = json.loads(line[len("RESULT "):])

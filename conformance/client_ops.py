@@ -182,6 +182,24 @@ def subscribed_consumer(target: Target, group: str, topic: str, timeout: float =
     return member
 
 
+REBALANCE_DRAIN_S = 10.0
+
+
+def close_stalled_consumer(consumer: Consumer, timeout: float = REBALANCE_DRAIN_S) -> None:
+    """Close a consumer that stopped polling (past max.poll.interval.ms, or dropped from its
+    group): leave the group and serve the revoke it queued in poll() first, then close().
+
+    librdkafka 2.16.0 (confluent-kafka 2.16.1) can deadlock when close() itself serves that
+    revoke: Consumer_rebalance_cb calls rd_kafka_assign(), which waits forever for the
+    consumer-group thread, while holding the GIL, so nothing else in the process runs
+    (reproduced: test_zombie_send_offsets_fenced_client on kafka-native, 1 run in 5)."""
+    consumer.unsubscribe()
+    deadline = time.monotonic() + timeout
+    while consumer.assignment() and time.monotonic() < deadline:
+        consumer.poll(0.1)
+    consumer.close()
+
+
 def record_view(msg: Any) -> dict[str, Any]:
     """The observable parts of a consumed record, JSON-able."""
     ts_type, ts = msg.timestamp()

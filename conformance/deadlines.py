@@ -15,6 +15,9 @@ A C call that never returns (librdkafka's ``Consumer.close()`` against a wedged 
 never lets the handler run: a watchdog thread then dumps every thread's stack and ends
 the process HARD_GRACE_S after the deadline, so pytest-xdist reports that test as failed
 ("node down") and starts a fresh worker; without xdist the run ends instead of hanging.
+The watchdog is Python and needs the GIL, so a C call that holds it would stall the
+watchdog as well: faulthandler's timer thread, which needs no GIL, is the backstop
+BACKSTOP_AFTER_S later (it replaces pytest's faulthandler_timeout, which only dumps).
 Time spent starting a target (the first test on a worker pays it) is not counted:
 ``paused()`` suspends the timer around the pool's start.
 """
@@ -38,6 +41,7 @@ DEFAULT_DEADLINE_S = 300.0
 REFIRE_S = 2.0
 HARD_GRACE_S = float(os.environ.get("KIPCHECK_DEADLINE_HARD_GRACE_S", "180"))
 HARD_EXIT_CODE = 70
+BACKSTOP_AFTER_S = 30.0  # after the watchdog's time: it only acts when the watchdog could not
 TIMEOUT_REASON = "did not finish within {seconds:g} s"
 
 
@@ -97,6 +101,8 @@ class Deadline:
         self._armed_at = time.monotonic()
         self._due = self._armed_at + max(seconds, 0.001)
         signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001), REFIRE_S)
+        faulthandler.dump_traceback_later(max(seconds, 0.001) + HARD_GRACE_S + BACKSTOP_AFTER_S,
+                                          file=_report_fd if _report_fd is not None else 2, exit=True)
 
     def _watch(self) -> None:
         """The last resort when the main thread is stuck in C and the alarm cannot run."""
@@ -110,8 +116,11 @@ class Deadline:
                 os._exit(HARD_EXIT_CODE)
 
     def pause(self) -> None:
-        self._due = None
+        # The timer goes first: a re-fire between the two lines must not leave _due unset
+        # (the watchdog would then never end a test stuck after the pause).
         remaining, _ = signal.setitimer(signal.ITIMER_REAL, 0)
+        faulthandler.cancel_dump_traceback_later()
+        self._due = None
         self._remaining = remaining if remaining > 0 else 0.001
         self._paused_at = time.monotonic()
 
@@ -134,6 +143,7 @@ class Deadline:
         self._ended.set()
         self._due = None
         signal.setitimer(signal.ITIMER_REAL, 0)
+        faulthandler.cancel_dump_traceback_later()
         if self._previous is not None:
             signal.signal(signal.SIGALRM, self._previous)
             self._previous = None

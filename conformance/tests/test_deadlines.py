@@ -216,6 +216,26 @@ def test_a_call_that_never_returns_ends_the_worker_instead_of_hanging(pytester: 
     result.stderr.fnmatch_lines(["*past its 1 s deadline inside a call that never returns*", "*test_stuck_in_c*"])
 
 
+def test_a_call_that_holds_the_gil_forever_still_ends_the_worker(pytester: pytest.Pytester, monkeypatch):
+    """A C call that never returns and holds the GIL (a ctypes.PyDLL call) stalls the Python
+    watchdog too; faulthandler's timer thread needs no GIL and ends the process."""
+    monkeypatch.delenv("KIPCHECK_TARGETS", raising=False)
+    monkeypatch.setenv("KIPCHECK_DEADLINE_HARD_GRACE_S", "2")
+    (pytester.path / "test_gil.py").write_text(textwrap.dedent('''
+        import ctypes, signal, pytest
+        @pytest.mark.deadline(1)
+        def test_holds_the_gil():
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+            ctypes.PyDLL(None).sleep(150)
+    '''))
+    started = time.monotonic()
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=170)
+    elapsed = time.monotonic() - started
+    assert result.ret not in (0, deadlines.HARD_EXIT_CODE), result.ret  # not the watchdog: it had no GIL
+    assert elapsed < 1 + 2 + deadlines.BACKSTOP_AFTER_S + 60, elapsed
+    result.stderr.fnmatch_lines(["Timeout (*", "*test_holds_the_gil*"])
+
+
 def test_a_nested_deadline_hands_the_outer_clock_back():
     """pytester runs tests inside a test: the inner deadline must not disarm the outer one."""
     with pytest.raises(deadlines.DeadlineExceeded):
