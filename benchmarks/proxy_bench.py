@@ -14,7 +14,10 @@ two sides of a ratio see the same machine load:
 * consume: `Consumer.assign()` from offset 0 of those N values to the last one;
 * ApiVersions: M raw request/response round trips on one socket (`RawClient`); the
   proxy's own added latency with the least client noise;
-* produce acks=1: one 100 B value in flight (linger.ms=0), `produce()` to its delivery report.
+* produce acks=1: one 100 B value in flight (linger.ms=0), `produce()` to its delivery report;
+* ApiVersions, bare relay: the same round trips through benchmarks/bare_relay.py (asyncio,
+  no decoding, no capture) instead of the proxy, measured in the same repetitions: the part
+  of the added latency that any Python relay process on the path costs.
 
 Throughput cells are medians over the repetitions; latency percentiles pool every sample.
 "capture CPU" is the CPU time (user + system) of the proxy process and its trace
@@ -45,6 +48,7 @@ THROUGHPUT_TARGET = 0.9
 ADDED_P50_TARGET_MS = 0.3
 THROUGHPUT = ("produce", "consume")
 LATENCY = ("ApiVersions", "produce acks=1")
+RELAY_FLOOR = "ApiVersions, bare relay"  # benchmarks/bare_relay.py in place of the proxy: the floor
 
 
 @dataclass
@@ -76,7 +80,7 @@ class Row:
 
     @property
     def latency(self) -> bool:
-        return self.workload in LATENCY
+        return self.workload in LATENCY + (RELAY_FLOOR,)
 
     def mid(self, side: str) -> float | None:
         v = getattr(self, side)
@@ -98,6 +102,8 @@ class Row:
 
     @property
     def met(self) -> bool | None:
+        if self.workload == RELAY_FLOOR:
+            return None  # a floor to read the proxy's row against, not a target
         if self.latency:
             if self.added_p50 is None or not self.target.startswith("reference"):
                 return None
@@ -156,6 +162,13 @@ def start_proxy(upstream: str, trace_dir: str) -> tuple[Background, str]:
     return bg, bg.line.split("listening ", 1)[1].split(" ", 1)[0].rstrip(";")
 
 
+def start_relay(upstream: str) -> tuple[Background, str]:
+    from benchmarks.bare_relay import READY
+
+    bg = Background([sys.executable, "-m", "benchmarks.bare_relay", upstream.split(",")[0]], READY, 60)
+    return bg, bg.line.split(READY, 1)[1].strip()
+
+
 def trace_counts(trace_dir: str) -> str:
     """Exchange rows and exchanges lost to gaps in the recorded trace (a proxy that keeps
     pace by dropping rows would not be cheap, only incomplete)."""
@@ -174,9 +187,11 @@ def bench_target(spec: str, n: int, m: int, value_bytes: int, repeat: int, log: 
     target, bootstrap = start_target(spec)
     trace_dir = tempfile.mkdtemp(prefix="kipcheck-proxy-bench-")
     value = b"v" * value_bytes
-    rows = {w: Row(spec, w, value_bytes=value_bytes if w in THROUGHPUT else 0, n=n) for w in THROUGHPUT + LATENCY}
+    rows = {w: Row(spec, w, value_bytes=value_bytes if w in THROUGHPUT else 0, n=n)
+            for w in THROUGHPUT + LATENCY + (RELAY_FLOOR,)}
     try:
         proxy, proxied = start_proxy(bootstrap, trace_dir)
+        relay, relayed = start_relay(bootstrap)
         try:
             for r in range(repeat):
                 order = [("direct", bootstrap), ("proxied", proxied)]
@@ -191,12 +206,18 @@ def bench_target(spec: str, n: int, m: int, value_bytes: int, repeat: int, log: 
                         _measured(rows["ApiVersions"], mode, pid, lambda: api_versions_run(bs, m)))
                     getattr(rows["produce acks=1"], mode).extend(
                         _measured(rows["produce acks=1"], mode, pid, lambda: produce_ack_run(bs, topic, m)))
+                    floor = rows[RELAY_FLOOR]
+                    if mode == "direct":
+                        floor.direct.extend(api_versions_run(bs, m))
+                    else:
+                        floor.proxied.extend(_measured(floor, mode, relay.proc.pid, lambda: api_versions_run(relayed, m)))
                     log(f"  {spec} repeat {r + 1} {mode}: produce {rows['produce'].__dict__[mode][-1]:.0f}/s, "
                         f"consume {rows['consume'].__dict__[mode][-1]:.0f}/s, load {os.getloadavg()[0]:.2f}")
                 for row in rows.values():
                     row.load = os.getloadavg()[0]
         finally:
             proxy.stop()
+            relay.stop()
         notes.append(f"{spec}: {trace_counts(trace_dir)}")
     finally:
         target.stop()

@@ -197,43 +197,40 @@ def test_unit_tests_outside_the_suites_have_a_deadline_too(pytester: pytest.Pyte
     result.stdout.fnmatch_lines(["*did not finish within 1 s*"])
 
 
+def _run_stuck_test(pytester: pytest.Pytester, monkeypatch, blocked_call: str, timeout: float):
+    """Run, in a pytester subprocess with a 2 s watchdog grace, one 1 s-deadline test that
+    blocks SIGALRM (so the alarm cannot interrupt it) and then makes `blocked_call`."""
+    monkeypatch.delenv("KIPCHECK_TARGETS", raising=False)
+    monkeypatch.setenv("KIPCHECK_DEADLINE_HARD_GRACE_S", "2")
+    (pytester.path / "test_stuck.py").write_text(textwrap.dedent(f'''
+        import ctypes, signal, time, pytest
+        @pytest.mark.deadline(1)
+        def test_stuck_in_c():
+            signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGALRM}})
+            {blocked_call}
+    '''))
+    started = time.monotonic()
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=timeout)
+    return result, time.monotonic() - started
+
+
 def test_a_call_that_never_returns_ends_the_worker_instead_of_hanging(pytester: pytest.Pytester, monkeypatch):
     """The alarm cannot interrupt a C call that never returns (simulated by blocking
     SIGALRM): the watchdog dumps the stacks and ends the process, which xdist reports as
     a failed test and replaces."""
-    monkeypatch.delenv("KIPCHECK_TARGETS", raising=False)
-    monkeypatch.setenv("KIPCHECK_DEADLINE_HARD_GRACE_S", "2")
-    (pytester.path / "test_stuck.py").write_text(textwrap.dedent('''
-        import signal, time, pytest
-        @pytest.mark.deadline(1)
-        def test_stuck_in_c():
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
-            time.sleep(120)
-    '''))
-    started = time.monotonic()
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
-    assert result.ret == deadlines.HARD_EXIT_CODE and time.monotonic() - started < 60
+    result, elapsed = _run_stuck_test(pytester, monkeypatch, "time.sleep(120)", 120)
+    assert result.ret == deadlines.HARD_EXIT_CODE and elapsed < 60
     result.stderr.fnmatch_lines(["*past its 1 s deadline inside a call that never returns*", "*test_stuck_in_c*"])
 
 
 def test_a_call_that_holds_the_gil_forever_still_ends_the_worker(pytester: pytest.Pytester, monkeypatch):
-    """A C call that never returns and holds the GIL (a ctypes.PyDLL call) stalls the Python
-    watchdog too; faulthandler's timer thread needs no GIL and ends the process."""
-    monkeypatch.delenv("KIPCHECK_TARGETS", raising=False)
-    monkeypatch.setenv("KIPCHECK_DEADLINE_HARD_GRACE_S", "2")
-    (pytester.path / "test_gil.py").write_text(textwrap.dedent('''
-        import ctypes, signal, pytest
-        @pytest.mark.deadline(1)
-        def test_holds_the_gil():
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
-            ctypes.PyDLL(None).sleep(150)
-    '''))
-    started = time.monotonic()
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=170)
-    elapsed = time.monotonic() - started
+    """A C call that never returns and holds the GIL (a ctypes.PyDLL call; in CI it was
+    librdkafka's Consumer.close()) stalls the Python watchdog too; faulthandler's timer
+    thread needs no GIL and ends the process."""
+    result, elapsed = _run_stuck_test(pytester, monkeypatch, "ctypes.PyDLL(None).sleep(150)", 170)
     assert result.ret not in (0, deadlines.HARD_EXIT_CODE), result.ret  # not the watchdog: it had no GIL
     assert elapsed < 1 + 2 + deadlines.BACKSTOP_AFTER_S + 60, elapsed
-    result.stderr.fnmatch_lines(["Timeout (*", "*test_holds_the_gil*"])
+    result.stderr.fnmatch_lines(["Timeout (*", "*test_stuck_in_c*"])
 
 
 def test_a_nested_deadline_hands_the_outer_clock_back():
