@@ -417,63 +417,77 @@ def _fill_json(col: pa.Array, values: dict[str, pa.Array]) -> pa.Array:
     return out
 
 
+class Plan:
+    """Which template each block of a trace uses and where its anomalies are; `rows(start,
+    stop)` builds any row range, so a trace larger than memory is written part by part
+    (a 10M-exchange table built at once took more than the machine's 24 GiB)."""
+
+    def __init__(self, n_exchanges: int, seed: int, anomalies: bool = True) -> None:
+        clean, _ = _template(None)
+        self.n, self.k, self.seed = n_exchanges, clean.num_rows, seed
+        n_blocks = max(1, -(-n_exchanges // self.k))
+        templates, expected_local = [clean], [[]]
+        placed: dict[int, int] = {}  # block -> template index
+        if anomalies:
+            rng = random.Random(seed)
+            full = n_exchanges // self.k  # a cut last block ends like a trace does: no anomaly there
+            blocks = rng.sample(range(full), min(len(ANOMALY_KINDS), full))
+            for kind, blk in zip(ANOMALY_KINDS, blocks):
+                t, exp = _template(kind)
+                if t.num_rows != self.k:
+                    raise AssertionError(f"variant {kind} has {t.num_rows} rows, the clean block {self.k}")
+                placed[blk] = len(templates)
+                templates.append(t)
+                expected_local.append(exp)
+        self.source = pa.concat_tables(templates)
+        self.tmpl = np.zeros(n_blocks, dtype=np.int64)
+        for blk, ti in placed.items():
+            self.tmpl[blk] = ti
+        self.t0_ms = 1_790_000_000_000 + np.random.default_rng(seed).integers(0, 1000)
+        self.expected = sorted(((rule, blk * self.k + i + 1) for blk, ti in placed.items()
+                                for rule, i in expected_local[ti]), key=lambda x: x[1])
+
+    def parts(self, rows_per_part: int) -> list[tuple[int, int]]:
+        """Row ranges of whole blocks (no connection spans two), at least rows_per_part rows each."""
+        step = max(1, -(-rows_per_part // self.k)) * self.k
+        return [(start, min(start + step, self.n)) for start in range(0, self.n, step)]
+
+    def rows(self, start: int, stop: int) -> pa.Table:
+        idx = np.arange(start, stop, dtype=np.int64)
+        block, local = idx // self.k, idx % self.k
+        table = self.source.take(pa.array(self.tmpl[block] * self.k + local))
+        seq = idx + 1
+        span_ms = (self.k + 2) * ROW_GAP_MS
+        cols = {name: table.column(name).combine_chunks() for name in table.column_names}
+        bl = pa.array(block)
+        sfx = pc.binary_join_element_wise(pa.scalar("-b"), pc.cast(bl, pa.string()), "")
+        pid_shift = pa.array(block * PID_STRIDE)
+        cols["seq"] = pa.array(seq)
+        for c, scale, base in (("request_mono_ns", 1_000_000, 0), ("response_mono_ns", 1_000_000, 0),
+                               ("request_wall_ms", 1, self.t0_ms), ("response_wall_ms", 1, self.t0_ms)):
+            cols[c] = pc.add(cols[c], pa.array(block * span_ms * scale + base))
+        cols["correlation_id"] = pa.array(seq.astype(np.int32))
+        cols["connection_id"] = pc.add(cols["connection_id"], pa.array(block * CONN_STRIDE))
+        txn_id = _suffix(pc.replace_substring(cols["transactional_id"], M_TXN, "tx"), sfx)
+        group = _suffix(pc.replace_substring(cols["group_id"], M_GROUP, "g"), sfx)
+        member_base = pc.binary_join_element_wise(pa.scalar("m"), sfx, pa.scalar("-"), "")
+        member = pc.binary_join_element_wise(member_base, pc.replace_substring(cols["member_id"], M_MEMBER, ""), "")
+        pid = pc.if_else(pc.greater_equal(cols["producer_id"], 0), pc.add(cols["producer_id"], pid_shift),
+                         cols["producer_id"])
+        cols["transactional_id"], cols["group_id"], cols["member_id"], cols["producer_id"] = txn_id, group, member, pid
+        gpid = cols["granted_producer_id"]
+        cols["granted_producer_id"] = pc.if_else(pc.greater_equal(gpid, 0), pc.add(gpid, pid_shift), gpid)
+        for c in ("batches", "aborted_transactions"):
+            cols[c] = _shift_nested_pid(cols[c], pid_shift)
+        values = {M_TXN: txn_id, M_PID: pc.cast(pid_shift, pa.string()), M_GROUP: group, M_MEMBER: member_base}
+        for c in ("request_json", "response_json"):
+            cols[c] = _fill_json(cols[c], values)
+        return pa.table([cols[n] for n in table.column_names], schema=ts.schema())
+
+
 def build_table(n_exchanges: int, seed: int, anomalies: bool = True) -> tuple[pa.Table, list[tuple[str, int]]]:
-    clean, _ = _template(None)
-    k = clean.num_rows
-    n_blocks = max(1, -(-n_exchanges // k))
-    templates, expected_local = [clean], [[]]
-    placed: dict[int, int] = {}  # block -> template index
-    if anomalies:
-        rng = random.Random(seed)
-        full = n_exchanges // k  # a cut last block ends like a trace does: no anomaly there
-        blocks = rng.sample(range(full), min(len(ANOMALY_KINDS), full))
-        for kind, blk in zip(ANOMALY_KINDS, blocks):
-            t, exp = _template(kind)
-            if t.num_rows != k:
-                raise AssertionError(f"variant {kind} has {t.num_rows} rows, the clean block {k}")
-            placed[blk] = len(templates)
-            templates.append(t)
-            expected_local.append(exp)
-    source = pa.concat_tables(templates)
-    block = np.repeat(np.arange(n_blocks, dtype=np.int64), k)[:n_exchanges]
-    local = np.tile(np.arange(k, dtype=np.int64), n_blocks)[:n_exchanges]
-    tmpl = np.zeros(n_blocks, dtype=np.int64)
-    for blk, ti in placed.items():
-        tmpl[blk] = ti
-    table = source.take(pa.array(tmpl[block] * k + local))
-    seq = block * k + local + 1
-    span_ms = (k + 2) * ROW_GAP_MS
-    t0_ms = 1_790_000_000_000 + np.random.default_rng(seed).integers(0, 1000)
-    cols = {name: table.column(name).combine_chunks() for name in table.column_names}
-    bl = pa.array(block)
-    sfx = pc.binary_join_element_wise(pa.scalar("-b"), pc.cast(bl, pa.string()), "")
-    pid_shift = pa.array(block * PID_STRIDE)
-    cols["seq"] = pa.array(seq)
-    for c, scale, base in (("request_mono_ns", 1_000_000, 0), ("response_mono_ns", 1_000_000, 0),
-                           ("request_wall_ms", 1, t0_ms), ("response_wall_ms", 1, t0_ms)):
-        cols[c] = pc.add(cols[c], pa.array(block * span_ms * scale + base))
-    cols["correlation_id"] = pa.array(seq.astype(np.int32))
-    cols["connection_id"] = pc.add(cols["connection_id"], pa.array(block * CONN_STRIDE))
-    txn_id = _suffix(pc.replace_substring(cols["transactional_id"], M_TXN, "tx"), sfx)
-    group = _suffix(pc.replace_substring(cols["group_id"], M_GROUP, "g"), sfx)
-    member_base = pc.binary_join_element_wise(pa.scalar("m"), sfx, pa.scalar("-"), "")
-    member = pc.binary_join_element_wise(member_base, pc.replace_substring(cols["member_id"], M_MEMBER, ""), "")
-    pid = pc.if_else(pc.greater_equal(cols["producer_id"], 0), pc.add(cols["producer_id"], pid_shift), cols["producer_id"])
-    cols["transactional_id"], cols["group_id"], cols["member_id"], cols["producer_id"] = txn_id, group, member, pid
-    gpid = cols["granted_producer_id"]
-    cols["granted_producer_id"] = pc.if_else(pc.greater_equal(gpid, 0), pc.add(gpid, pid_shift), gpid)
-    for c in ("batches", "aborted_transactions"):
-        cols[c] = _shift_nested_pid(cols[c], pid_shift)
-    values = {M_TXN: txn_id, M_PID: pc.cast(pc.add(pa.array(np.zeros(len(bl), dtype=np.int64)), pid_shift), pa.string()),
-              M_GROUP: group, M_MEMBER: member_base}
-    for c in ("request_json", "response_json"):
-        cols[c] = _fill_json(cols[c], values)
-    out = pa.table([cols[n] for n in table.column_names], schema=ts.schema())
-    expected = []
-    for blk, ti in placed.items():
-        for rule, i in expected_local[ti]:
-            expected.append((rule, blk * k + i + 1))
-    return out, sorted(expected, key=lambda x: x[1])
+    plan = Plan(n_exchanges, seed, anomalies)
+    return plan.rows(0, n_exchanges), plan.expected
 
 
 def write_segments(table: pa.Table, path: str, rows_per_segment: int = ROWS_PER_SEGMENT) -> list[str]:
@@ -487,11 +501,15 @@ def write_segments(table: pa.Table, path: str, rows_per_segment: int = ROWS_PER_
 
 
 def generate(path: str, n_exchanges: int, seed: int, anomalies: bool = True) -> list[tuple[str, int]]:
-    """Write a synthetic trace of `n_exchanges` rows into directory `path`; return the
-    (rule id, seq) pairs of the injected anomalies (empty with anomalies=False)."""
-    table, expected = build_table(n_exchanges, seed, anomalies)
-    write_segments(table, path)
-    return expected
+    """Write a synthetic trace of `n_exchanges` rows into directory `path`, one segment per
+    part (built one at a time); return the (rule id, seq) pairs of the injected anomalies
+    (empty with anomalies=False)."""
+    plan = Plan(n_exchanges, seed, anomalies)
+    os.makedirs(path, exist_ok=True)
+    for i, (start, stop) in enumerate(plan.parts(ROWS_PER_SEGMENT)):
+        pq.write_table(plan.rows(start, stop), os.path.join(path, f"trace-synthetic-{i:05d}.parquet"),
+                       compression="zstd", row_group_size=200_000)
+    return plan.expected
 
 
 def block_size() -> int:

@@ -152,25 +152,30 @@ def _droppable(cols: dict[str, pa.Array]) -> np.ndarray:
     return last & no_ids & not_poll
 
 
-def write_trace(table: pa.Table, path: str) -> list[str]:
+def write_segment(table: pa.Table, path: str, index: int) -> str:
     os.makedirs(path, exist_ok=True)
-    names = []
-    for i, start in enumerate(range(0, table.num_rows, ROWS_PER_SEGMENT)):
-        name = os.path.join(path, f"trace-bench-{i:05d}.parquet")
-        pq.write_table(table.slice(start, ROWS_PER_SEGMENT).replace_schema_metadata(ts.schema().metadata), name,
-                       compression="zstd", row_group_size=200_000)
-        names.append(name)
-    return names
+    name = os.path.join(path, f"trace-bench-{index:05d}.parquet")
+    pq.write_table(table.replace_schema_metadata(ts.schema().metadata), name, compression="zstd",
+                   row_group_size=200_000)
+    return name
 
 
 def make_traces(base: str, n: int, seed: int) -> tuple[str, str, set]:
-    """Writes base/a and base/b; returns their paths and the expected divergences."""
+    """Writes base/a and base/b; returns their paths and the expected divergences.
+
+    Part by part (whole blocks of about ROWS_PER_SEGMENT exchanges, so no connection spans
+    two), one segment each, so 10M exchanges fit in memory; part i gets its own injected
+    differences (seed + i)."""
     from benchmarks import synthetic_traces
 
-    a, _ = synthetic_traces.build_table(n, seed, anomalies=False)
-    b, expected = inject(rerun_of(a), seed)
-    write_trace(a, os.path.join(base, "a"))
-    write_trace(b, os.path.join(base, "b"))
+    plan = synthetic_traces.Plan(n, seed, anomalies=False)
+    expected: set[tuple[str, int, str]] = set()
+    for i, (start, stop) in enumerate(plan.parts(ROWS_PER_SEGMENT)):
+        a = plan.rows(start, stop)
+        b, injected = inject(rerun_of(a), seed + i)
+        expected |= injected
+        write_segment(a, os.path.join(base, "a"), i)
+        write_segment(b, os.path.join(base, "b"), i)
     return os.path.join(base, "a"), os.path.join(base, "b"), expected
 
 
