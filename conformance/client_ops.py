@@ -193,7 +193,7 @@ def close_stalled_consumer(consumer: Consumer, timeout: float = REBALANCE_DRAIN_
     librdkafka 2.16.0 (confluent-kafka 2.16.1) can deadlock when close() itself serves that
     revoke: Consumer_rebalance_cb calls rd_kafka_assign(), which waits forever for the
     consumer-group thread, while holding the GIL, so nothing else in the process runs
-    (reproduced: test_zombie_send_offsets_fenced_client on kafka-native, 1 run in 5)."""
+    (reproduced: test_zombie_send_offsets_fenced_client on kafka-native, 1 run of 8)."""
     with contextlib.suppress(KafkaException):  # a fenced member may refuse to leave: close it anyway
         consumer.unsubscribe()
         deadline = time.monotonic() + timeout
