@@ -39,9 +39,8 @@ from replay.entity_replay import CheckConfig  # noqa: E402
 
 SAMPLES_PER_RULE = 5
 SMALL_TRACE = 100_000  # exchanges: below it the Spark job runs in 2 shuffle partitions
-# defaults only (spark-submit --conf / --driver-memory win): the persisted exchanges of a
-# 10M-exchange trace do not fit the 1 GiB local-mode default heap
-SPARK_CONF = {"spark.ui.showConsoleProgress": "false", "spark.driver.memory": "4g"}
+# defaults only (spark-submit --conf win); the driver memory default is get_spark's
+SPARK_CONF = {"spark.ui.showConsoleProgress": "false"}
 
 
 class CheckInputError(Exception):

@@ -109,6 +109,9 @@ def get_spark(app_name: str, master: str | None = None, conf: dict[str, str] | N
         "spark.ui.enabled": "false",
         "spark.sql.session.timeZone": "UTC",
         "spark.driver.extraJavaOptions": _quiet_java_options(),
+        # the persisted exchanges of a 10M-exchange trace do not fit the 1 GiB local-mode
+        # default heap (check and diff both died with OutOfMemoryError: Java heap space)
+        "spark.driver.memory": "4g",
     }
     for key, value in {**defaults, **(conf or {})}.items():
         if not base.contains(key):
