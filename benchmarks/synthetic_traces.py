@@ -424,7 +424,7 @@ class Plan:
 
     def __init__(self, n_exchanges: int, seed: int, anomalies: bool = True) -> None:
         clean, _ = _template(None)
-        self.n, self.k, self.seed = n_exchanges, clean.num_rows, seed
+        self.n, self.k = n_exchanges, clean.num_rows
         n_blocks = max(1, -(-n_exchanges // self.k))
         templates, expected_local = [clean], [[]]
         placed: dict[int, int] = {}  # block -> template index
