@@ -490,14 +490,16 @@ def build_table(n_exchanges: int, seed: int, anomalies: bool = True) -> tuple[pa
     return plan.rows(0, n_exchanges), plan.expected
 
 
+def _write_segment(table: pa.Table, path: str, index: int) -> str:
+    name = os.path.join(path, f"trace-synthetic-{index:05d}.parquet")
+    pq.write_table(table, name, compression="zstd", row_group_size=200_000)
+    return name
+
+
 def write_segments(table: pa.Table, path: str, rows_per_segment: int = ROWS_PER_SEGMENT) -> list[str]:
     os.makedirs(path, exist_ok=True)
-    names = []
-    for i, start in enumerate(range(0, table.num_rows, rows_per_segment)):
-        name = os.path.join(path, f"trace-synthetic-{i:05d}.parquet")
-        pq.write_table(table.slice(start, rows_per_segment), name, compression="zstd", row_group_size=200_000)
-        names.append(name)
-    return names
+    return [_write_segment(table.slice(start, rows_per_segment), path, i)
+            for i, start in enumerate(range(0, table.num_rows, rows_per_segment))]
 
 
 def generate(path: str, n_exchanges: int, seed: int, anomalies: bool = True) -> list[tuple[str, int]]:
@@ -507,8 +509,7 @@ def generate(path: str, n_exchanges: int, seed: int, anomalies: bool = True) -> 
     plan = Plan(n_exchanges, seed, anomalies)
     os.makedirs(path, exist_ok=True)
     for i, (start, stop) in enumerate(plan.parts(ROWS_PER_SEGMENT)):
-        pq.write_table(plan.rows(start, stop), os.path.join(path, f"trace-synthetic-{i:05d}.parquet"),
-                       compression="zstd", row_group_size=200_000)
+        _write_segment(plan.rows(start, stop), path, i)
     return plan.expected
 
 

@@ -57,6 +57,11 @@ def report_to_stderr_as_it_is_now() -> None:
             _report_fd = os.dup(sys.stderr.fileno())
 
 
+def _report_to() -> int:
+    """Where the last words go: the saved stderr, else fd 2."""
+    return _report_fd if _report_fd is not None else 2
+
+
 class DeadlineExceeded(BaseException):
     """Raised in the test's main thread when its deadline passes."""
 
@@ -102,14 +107,14 @@ class Deadline:
         self._due = self._armed_at + max(seconds, 0.001)
         signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001), REFIRE_S)
         faulthandler.dump_traceback_later(max(seconds, 0.001) + HARD_GRACE_S + BACKSTOP_AFTER_S,
-                                          file=_report_fd if _report_fd is not None else 2, exit=True)
+                                          file=_report_to(), exit=True)
 
     def _watch(self) -> None:
         """The last resort when the main thread is stuck in C and the alarm cannot run."""
         while not self._ended.wait(min(5.0, HARD_GRACE_S / 2)):
             due = self._due
             if due is not None and time.monotonic() > due + HARD_GRACE_S:
-                fd = _report_fd if _report_fd is not None else 2
+                fd = _report_to()
                 os.write(fd, (f"kipcheck: a test is {HARD_GRACE_S:g} s past its {self.budget:g} s deadline "
                               "inside a call that never returns; ending this test process\n").encode())
                 faulthandler.dump_traceback(file=fd, all_threads=True)
