@@ -1,10 +1,10 @@
 """`kipcheck diff` as Spark DataFrame operations (the rules: replay/diff_fields.py).
 
 Plan, per trace: read the segments (only the columns the diff needs), add alignment keys
-(window ranks), build the trace's id placeholders (grouped table of first appearances,
-joined back so each exchange carries a small map of its own ids) and project every compared
-field to its normalized comparison string — scalars as strings, list columns as arrays of
-structs of strings. Then: full outer join A and B on
+(row numbers per group: replay/spark_rank.py), build the trace's id placeholders (grouped
+table of first appearances, joined back so each exchange carries a small map of its own
+ids) and project every compared field to its normalized comparison string — scalars as
+strings, list columns as arrays of structs of strings. Then: full outer join A and B on
 the connection key, again on the client key for the leftovers, and for every aligned pair
 one projection builds the array of differing (path, a, b) — whole lists are compared
 first, element by element only when they differ; an unaligned exchange gets its one
@@ -24,6 +24,7 @@ from pyspark.sql import types as T
 
 from replay import diff_fields as f
 from replay.diff_input import TraceInput
+from replay.spark_rank import number_within
 from replay.diff_pure import GROUP_KEY, SAMPLES, noise_entry, sort_groups
 from reference_impl.protocol.api_keys import ApiKey
 
@@ -45,9 +46,10 @@ def with_alignment_keys(df: DataFrame) -> DataFrame:
     conns = df.groupBy("connection_id").agg(
         F.min("request_mono_ns").alias("_first"),
         F.max(F.coalesce(F.col("client_id"), F.lit(""))).alias("_client"))
-    by_first = Window.partitionBy("_client").orderBy("_first", "connection_id")
-    conns = conns.withColumn("_conn_ord", F.row_number().over(by_first)).drop("_first")
-    df = df.join(F.broadcast(conns), "connection_id").withColumn("_req", _request_fingerprint())
+    conns = number_within(conns, ["_client"], ["_first", "connection_id"], "_conn_ord").drop("_first")
+    # not broadcast: a 10M-exchange trace has over a million connections. Joined on
+    # connection_id, the exchanges stay partitioned by it for the window below (no shuffle).
+    df = df.join(conns, "connection_id").withColumn("_req", _request_fingerprint())
     by_time = Window.partitionBy("connection_id", "api_key", "_req").orderBy("request_mono_ns", "seq")
     return df.withColumn("_api_ord", F.row_number().over(by_time))
 
@@ -103,7 +105,7 @@ def placeholders(occ: DataFrame, names: DataFrame) -> DataFrame:
     unnamed = occ.join(F.broadcast(names.select(F.col("tid").alias("value"), F.lit("topic_id").alias("cat"))),
                        ["cat", "value"], "left_anti")
     first = unnamed.groupBy("cat", "value").agg(F.min("o").alias("o"))
-    ranked = first.withColumn("n", F.row_number().over(Window.partitionBy("cat").orderBy("o", "value")))
+    ranked = number_within(first, ["cat"], ["o", "value"], "n")
     numbered = ranked.select("cat", "value", F.concat(F.lit("<"), F.col("cat"), F.lit("#"),
                                                       F.col("n").cast("string"), F.lit(">")).alias("ph"))
     named = names.select(F.lit("topic_id").alias("cat"), F.col("tid").alias("value"),
@@ -217,10 +219,8 @@ def align(a: DataFrame, b: DataFrame) -> DataFrame:
     pairs = first.where(F.col("a_seq").isNotNull() & F.col("b_seq").isNotNull()).withColumn("align", F.lit(f.ALIGN_CONNECTION))
     left_a = first.where(F.col("b_seq").isNull()).select(*sa.columns)
     left_b = first.where(F.col("a_seq").isNull()).select(*sb.columns)
-    left_a = left_a.withColumn("a__left_ord", F.row_number().over(
-        Window.partitionBy("a__client", "a_api_key").orderBy("a_request_mono_ns", "a_seq")))
-    left_b = left_b.withColumn("b__left_ord", F.row_number().over(
-        Window.partitionBy("b__client", "b_api_key").orderBy("b_request_mono_ns", "b_seq")))
+    left_a = number_within(left_a, ["a__client", "a_api_key"], ["a_request_mono_ns", "a_seq"], "a__left_ord")
+    left_b = number_within(left_b, ["b__client", "b_api_key"], ["b_request_mono_ns", "b_seq"], "b__left_ord")
     key2 = ["_client", "api_key", "_left_ord"]
     second = left_a.join(left_b, [F.col("a_" + k) == F.col("b_" + k) for k in key2], "full_outer").drop(
         "a__left_ord", "b__left_ord")

@@ -240,7 +240,7 @@ def _statement(report: Mapping[str, Any], json_sha256: str | None) -> str:
         targets.append(
             f"<li><code>{e(t['spec'])}</code> — cluster id <code>{e(t.get('cluster_id') or 'not recorded')}</code>, "
             f"broker version {e(t.get('broker_version') or 'not recorded')}, "
-            f"finalized features {e(_features_text(t.get('finalized_features')))}"
+            f"finalized features at start {e(_features_text(t.get('finalized_features')))}"
             + (f", {e(t.get('security_protocol'))}" if t.get("security_protocol") else "")
             + "</li>"
         )

@@ -44,6 +44,7 @@ class FakeTarget(Target):
         return "ref-1" if self.kind == "reference" else self.spec.version
 
     def start(self):
+        self.features = {"transaction.version": 2}  # a test may finalize more (FEATURE_UPGRADE)
         with LOG.open("a") as fh:
             fh.write(f"start {self.name} {os.environ.get('PYTEST_XDIST_WORKER', 'main')}\\n")
         if self.spec.option("fail"):
@@ -54,7 +55,7 @@ class FakeTarget(Target):
             fh.write(f"stop {self.name}\\n")
 
     def capabilities(self, refresh=False):
-        return Capabilities(api_versions={18: (0, 4), 3: (0, 12)}, finalized_features={"transaction.version": 2})
+        return Capabilities(api_versions={18: (0, 4), 3: (0, 12)}, finalized_features=dict(self.features))
 
 
 @pytest.hookimpl
@@ -423,6 +424,23 @@ def test_result_rows(kc):
     assert kn["start_error"] is None
     session = json.loads((out / "session.json").read_text())
     assert session["targets"] == ["kafka-native:4.1.0"] and session["verdicts"]["not_supported"] == 2
+
+
+FEATURE_UPGRADE = """
+import pytest
+
+@pytest.mark.requirement("TEST.A.001")
+def test_upgrade(target):
+    target.features["share.version"] = 2  # as the KIP-1289 suite finalizes share.version=2
+"""
+
+
+def test_a_target_is_described_with_the_features_it_started_with(kc):
+    suite(kc, "test_upgrade", FEATURE_UPGRADE)
+    out = kc.path / "results"
+    run(kc, "--kipcheck-results", str(out)).assert_outcomes(passed=1)
+    ref = json.loads((out / "targets-main.json").read_text())["targets"]["reference"]
+    assert ref["capabilities"]["finalized_features"] == {"transaction.version": 2}
 
 
 def test_results_dir_is_cleaned_of_previous_runs(kc):

@@ -238,10 +238,36 @@ class ClusterClient:
     def __init__(self, bootstrap: str, client_id: str | None = "kipcheck-raw", timeout: float = 15.0,
                  security: ClientSecurity | None = None):
         self.client_id, self.timeout, self.security = client_id, timeout, security or PLAINTEXT
-        self.bootstrap = RawClient.connect(bootstrap, client_id=client_id, timeout=timeout, security=self.security)
         self.nodes: dict[int, tuple[str, int]] = {}
         self._clients: dict[int, RawClient] = {}
-        self.refresh()
+        self.bootstrap = self._first_answering(bootstrap)
+
+    def _first_answering(self, bootstrap: str) -> RawClient:
+        """The first bootstrap address whose broker answers Metadata. Accepting TCP is not
+        enough: Docker's port proxy accepts for a container whose Kafka is still starting and
+        then closes, and a client that stopped at that address could reach no broker at all
+        until it came back (seen in CI: a share group's members expired while the node
+        listed first restarted)."""
+        errors = []
+        for host, port in parse_bootstrap(bootstrap):
+            try:
+                client = self.connect_to(host, port)
+            except ConnectionError as exc:
+                errors.append(str(exc))
+                continue
+            try:
+                self.bootstrap = client
+                self.refresh()
+                return client
+            except OSError as exc:  # ConnectionClosed, reset, timeout
+                client.close()
+                errors.append(f"{host}:{port} accepted but gave no Metadata: {exc}")
+        raise ConnectionError("; ".join(errors))
+
+    def reconnect(self, bootstrap: str) -> None:
+        """A new bootstrap connection: to the first of `bootstrap` that answers Metadata."""
+        self.bootstrap.close()
+        self.bootstrap = self._first_answering(bootstrap)
 
     def refresh(self, topics: list[str] | None = None) -> Any:
         md = self.metadata_from(self.bootstrap, topics)

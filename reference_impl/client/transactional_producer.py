@@ -1093,12 +1093,7 @@ class TransactionalProducer:
 
     def _reconnect_bootstrap(self) -> None:
         try:
-            self._cc.bootstrap.close()
-            self._cc.bootstrap = RawClient.connect(
-                ",".join(f"{h}:{p}" for h, p in self._addresses.values()) or "",
-                client_id=self.client_id,
-                security=self._cc.security,
-            )
+            self._cc.reconnect(",".join(f"{h}:{p}" for h, p in self._addresses.values()))
         except (ConnectionError, ValueError):
             pass
 

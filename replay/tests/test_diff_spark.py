@@ -78,3 +78,33 @@ def test_command_with_the_spark_engine(spark, tmp_path) -> None:
     assert sorted(t.column("path").to_pylist()) == ["acquired_records[0].last_offset", "partitions[0].high_watermark",
                                                    "partitions[0].last_stable_offset"]
     assert json.load(open(os.path.join(out, "summary.json")))["engine"] == "spark"
+
+
+@pytest.mark.parametrize("partitions", ["2", "7"])
+def test_number_within_gives_the_window_row_numbers_across_partitions(spark, partitions) -> None:
+    """spark_rank.number_within against row_number() over a window: a group larger than a
+    partition (split between tasks), small groups, a null group key, ties in the first order
+    column broken by the second."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from replay.spark_rank import number_within
+
+    rows = [("big", i % 37, i) for i in range(500)] + [("small", 5 - i, i) for i in range(3)]
+    rows += [(None, i % 2, 1000 + i) for i in range(5)]
+    df = spark.createDataFrame(rows, "g string, o long, id long")
+    # AQE would coalesce 508 rows into one partition: keep them split, as a large trace is
+    settings = {"spark.sql.shuffle.partitions": partitions, "spark.sql.adaptive.coalescePartitions.enabled": "false"}
+    before = {k: spark.conf.get(k) for k in settings}
+    for k, v in settings.items():
+        spark.conf.set(k, v)
+    try:
+        numbered = number_within(df, ["g"], ["o", "id"], "n")
+        assert numbered.select(F.spark_partition_id()).distinct().count() > 1
+        got = {(r["id"], r["n"]) for r in numbered.collect()}
+    finally:
+        for k, v in before.items():
+            spark.conf.set(k, v)
+    want = {(r["id"], r["n"]) for r in df.withColumn(
+        "n", F.row_number().over(Window.partitionBy("g").orderBy("o", "id"))).collect()}
+    assert got == want and len(got) == len(rows)

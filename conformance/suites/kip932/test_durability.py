@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from conformance import share_ops
+from conformance import share_ops, target_limits
 from conformance.share_ops import ACCEPT, E, REJECT, RELEASE, eventually, share_ack, share_fetch
 from conformance.suites import require_api, require_nodes
 from conformance.suites.kip932.test_membership import require_describe
@@ -329,41 +329,72 @@ def describe_group(cc: ClusterClient, group: str) -> Any:
 class Heartbeats(threading.Thread):
     """Members that keep heartbeating (every second, to whichever node coordinates the group)
     through a crash, as real members do; errors other than the coordinator's retriable ones
-    are collected."""
+    are collected. Every refusal is noted with when it came, from which node and how long the
+    member had gone without an answered heartbeat, against the group's session timeout: an
+    UNKNOWN_MEMBER_ID after a longer gap is an expiry (the harness failed to reach the new
+    coordinator in time), after a shorter one a member the new coordinator lost."""
+
+    IO_TIMEOUT_S = 3.0  # a connection to the killed node must not hold the beats for 15 s
 
     def __init__(self, target: Target, group: str, epochs: dict[str, int]) -> None:
         super().__init__(daemon=True)
         self.target, self.group, self.epochs = target, group, dict(epochs)
+        self.session_timeout_s = target_limits.limits(target)["group.share.session.timeout.ms"] / 1000
         self.errors: list[tuple[str, int]] = []
+        self.trail: list[str] = []  # every refusal and lost connection, timed, for the failure message
         self.ok = {m: 0 for m in epochs}  # successful heartbeats per member
+        self.started = time.monotonic()
+        self.last_ok = {m: self.started for m in epochs}
+        self.longest_gap_s = 0.0
         self.done = threading.Event()
 
     def run(self) -> None:
         cc = None
         while not self.done.wait(1.0):
+            node = None
             try:
-                cc = cc or self.target.cluster_client()
-                coord = cc.coordinator_for(self.group, 0)
+                cc = cc or self.target.cluster_client(timeout=self.IO_TIMEOUT_S)
+                error, node = cc.find_coordinator(self.group, 0)
+                if error != E.none:
+                    self._note(f"FindCoordinator error {error}")
+                    continue
                 for m, e in self.epochs.items():
-                    resp = share_ops.heartbeat(coord, self.group, m, e)
-                    if resp.error_code == E.none:
-                        self.epochs[m] = int(resp.member_epoch)
-                        self.ok[m] += 1
-                    elif resp.error_code not in share_ops.RETRIABLE_COORDINATOR_ERRORS:
-                        self.errors.append((m, int(resp.error_code)))
-            except (OSError, ConnectionError, EOFError, RuntimeError, LookupError):
+                    self._answered(m, node, share_ops.heartbeat(cc.node(node), self.group, m, e))
+            except (OSError, ConnectionError, EOFError, RuntimeError, LookupError) as exc:
+                self._note(f"node {node}: {type(exc).__name__}")
                 if cc is not None:
                     cc.close()
                 cc = None  # the crashed node: reconnect through the others
         if cc is not None:
             cc.close()
 
+    def _answered(self, member: str, node: int | None, resp: Any) -> None:
+        now = time.monotonic()
+        gap = now - self.last_ok[member]
+        if resp.error_code == E.none:
+            self.epochs[member] = int(resp.member_epoch)
+            self.ok[member] += 1
+            self.longest_gap_s = max(self.longest_gap_s, gap)
+            self.last_ok[member] = now
+            return
+        self._note(f"node {node}: {member} error {int(resp.error_code)} after {gap:.1f}s without a heartbeat")
+        if resp.error_code not in share_ops.RETRIABLE_COORDINATOR_ERRORS:
+            self.errors.append((member, int(resp.error_code)))
+
+    def _note(self, what: str) -> None:
+        self.trail.append(f"+{time.monotonic() - self.started:.1f}s {what}")
+
+    def report(self) -> str:
+        trail = self.trail if len(self.trail) <= 12 else self.trail[:6] + ["..."] + self.trail[-6:]
+        return (f"longest gap between answered heartbeats {self.longest_gap_s:.1f}s (session timeout "
+                f"{self.session_timeout_s:g}s); {'; '.join(trail)}")
+
     def wait_beats(self, n: int) -> None:
         """Until every member has `n` more successful heartbeats than now."""
         base = dict(self.ok)
 
         def counted() -> None:
-            assert not self.errors, self.errors
+            assert not self.errors, f"heartbeats refused: {self.report()}"
             assert all(self.ok[m] >= base[m] + n for m in base), (base, self.ok)
 
         eventually(counted, FAILOVER_WAIT_S)
@@ -449,7 +480,8 @@ def test_group_coordinator_crash_keeps_members_and_epochs(target, unique, reques
         finally:
             epochs = beats.stop()
     try:
-        assert not beats.errors, f"heartbeats through the crash were refused (member, error): {beats.errors}"
+        record(request, "heartbeats_through_crash", beats.report())
+        assert not beats.errors, f"heartbeats through the crash were refused: {beats.report()}"
         d = describe_group(after.cc, s.group)
         record(request, "group_epoch_before_after", (group_epoch, int(d.group_epoch)))
         record_side(request, "failover-group-epoch", "kafka" if d.group_epoch == group_epoch else "kip")
