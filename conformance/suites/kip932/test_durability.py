@@ -98,9 +98,10 @@ def share_coordinator(cc: ClusterClient, s: ShareSetup, p: int = 0) -> int:
 def spso(cc: ClusterClient, s: ShareSetup, p: int = 0) -> int:
     """The durable SPSO (ReadShareGroupStateSummary StartOffset) of (group, topic, p),
     asked again while the coordinator is loading or moving."""
-    deadline = time.monotonic() + FAILOVER_WAIT_S
+    start = time.monotonic()
     while True:
-        node = cc.node(share_coordinator(cc, s, p))
+        coordinator = share_coordinator(cc, s, p)
+        node = cc.node(coordinator)
         version = node.negotiate(READ_SHARE_GROUP_STATE_SUMMARY, 1)
         resp = node.request(READ_SHARE_GROUP_STATE_SUMMARY, version, group_id=s.group, topics=(
             share_ops.nested(READ_SHARE_GROUP_STATE_SUMMARY, version, "ReadStateSummaryData", topic_id=s.tid, partitions=(
@@ -108,7 +109,10 @@ def spso(cc: ClusterClient, s: ShareSetup, p: int = 0) -> int:
         (part,) = resp.results[0].partitions
         if part.error_code == E.none:
             return int(part.start_offset)
-        assert part.error_code in share_ops.RETRIABLE_COORDINATOR_ERRORS and time.monotonic() < deadline, part
+        waited = time.monotonic() - start
+        assert part.error_code in share_ops.RETRIABLE_COORDINATOR_ERRORS and waited < FAILOVER_WAIT_S, (
+            f"the share coordinator (node {coordinator}) still answered "
+            f"{part.error_code!r} ({part.error_message}) after {waited:.0f} s")
         time.sleep(0.3)
 
 
