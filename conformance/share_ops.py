@@ -407,6 +407,33 @@ def require_share_version(node: RawClient, version: int, what: str) -> None:
         raise NotSupportedByTarget(f"{what} needs ShareFetch/ShareAcknowledge v{version}")
 
 
+def describe_share_group(cc: ClusterClient, group: str, wait_s: float = 15.0) -> Any:
+    """ShareGroupDescribe at the group's coordinator, asked again while it loads or moves
+    (until `wait_s`; then AssertionError with the last answer)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            node = cc.coordinator_for(group, 0, wait_s=wait_s)
+            (d,) = node.request(SHARE_GROUP_DESCRIBE, 1, group_ids=(group,), include_authorized_operations=False).groups
+        except (OSError, ConnectionError, EOFError, RuntimeError) as exc:
+            d = exc
+        if not isinstance(d, Exception) and d.error_code == E.none:
+            return d
+        assert time.monotonic() < deadline, f"ShareGroupDescribe({group}): {d!r}"
+        time.sleep(0.3)
+
+
+def group_snapshot(d: Any) -> str:
+    """One line of a ShareGroupDescribe answer for a failure message: the group's state and
+    epochs, and each member's client id, epoch and assigned partitions."""
+    members = "; ".join(
+        f"{m.client_id} epoch {m.member_epoch} "
+        f"{sorted((str(t.topic_name), p) for t in m.assignment.topic_partitions for p in t.partitions)}"
+        for m in d.members)
+    return (f"group {d.group_state} epoch {d.group_epoch} assignment epoch {d.assignment_epoch}, "
+            f"{len(d.members)} members: {members}")
+
+
 def eventually(check: Callable[[], Any], timeout_s: float = 15.0) -> Any:
     """``check()``'s value once it stops raising AssertionError (the last one after
     ``timeout_s``): Kafka answers describe and share-state reads from committed state, so

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import random
 import re
 import threading
 import time
@@ -58,6 +59,7 @@ CRASH_RECORDS = 24
 CLIENTS = ["confluent", "reference"]
 POLL_S = 0.25
 WARMUP_S = 60.0  # members join and librdkafka fetches ahead: seen taking over 30 s under CI load
+WARMUP_JITTER_S = 0.5  # librdkafka's fetch.wait.max.ms (Group.warm_up says why)
 DRAIN_S = 40.0
 ILLEGAL_STATE = (IllegalStateException, IllegalShareStateError)
 
@@ -77,8 +79,8 @@ class Delivered:
 class ReferenceMember:
     """The reference share consumer; crash = its sockets closed under it."""
 
-    def __init__(self, target: Any, group: str, topic: str, mode: str) -> None:
-        self._cc = target.cluster_client()
+    def __init__(self, target: Any, group: str, topic: str, mode: str, name: str) -> None:
+        self._cc = target.cluster_client(client_id=name)
         self.consumer = ReferenceShareConsumer(target.bootstrap_servers, group, mode, cluster=self._cc,
                                                fetch_max_wait_ms=200)
         self.consumer.subscribe([topic])
@@ -111,8 +113,9 @@ class ConfluentMember:
 
     _ACKS = {"accept": 1, "release": 2, "reject": 3}
 
-    def __init__(self, target: Any, group: str, topic: str, mode: str, **extra: Any) -> None:
-        conf = {**target.client_config(), "group.id": group, "share.acknowledgement.mode": mode, **extra}
+    def __init__(self, target: Any, group: str, topic: str, mode: str, name: str, **extra: Any) -> None:
+        conf = {**target.client_config(), "group.id": group, "share.acknowledgement.mode": mode,
+                "client.id": name, **extra}
         self.consumer = ConfluentShareConsumer(conf)
         self.consumer.subscribe([topic])
 
@@ -199,7 +202,7 @@ class Group:
     _producer: Any = None
 
     def member(self, name: str, mode: str = "explicit") -> Any:
-        self.members[name] = MEMBERS[self.client](self.target, self.group, self.topic, mode)
+        self.members[name] = MEMBERS[self.client](self.target, self.group, self.topic, mode, name)
         self.modes[name] = mode
         self.history.join(name)
         return self.members[name]
@@ -295,18 +298,41 @@ class Group:
         """Produce warm-up records until every member has received (and accepted) one: all
         are assigned and fetching, and the share-partitions are initialised. Warm-up records
         are not recorded as produced: with the default `latest` reset, those produced before
-        a share-partition was initialised are rightly never delivered."""
+        a share-partition was initialised are rightly never delivered.
+
+        Each record is produced after a random pause of up to one fetch wait. At a fixed
+        cadence the rounds phase-locked with librdkafka's fetch loop (one ShareFetch at a
+        time, one broker after the other, 500 ms each): the member sharing both partitions
+        always queued behind a one-partition member, and a broker that completes waiting
+        fetches in arrival order (the reference; Kafka's DelayedOperationPurgatory tries its
+        watchers in the order they were added) gave it none of 78 records (reference:nodes=3,
+        4 of 21 runs). With the pause, 10 of 10 runs served every member within 7 records."""
+        jitter = random.Random(self.group)
         pending = set(self.members)
+        got: dict[str, int] = {name: 0 for name in self.members}
         deadline = time.monotonic() + wait_s
         while pending:
-            assert time.monotonic() < deadline, f"members {sorted(pending)} got no record in {wait_s:.0f} s"
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"members {sorted(pending)} got no record in {wait_s:.0f} s; records per "
+                                     f"member {got}; {self.snapshot()}")
+            time.sleep(jitter.uniform(0, WARMUP_JITTER_S))
             self.produce(1, prefix="w", record=False)
             for name in sorted(self.members, key=lambda n: n not in pending):
                 recs = self.poll(name)
+                got[name] += len(recs)
                 if recs:
                     if self.modes[name] == "explicit":  # implicit: the next poll accepts them
                         self.acknowledge(name, [(d, "accept") for d in recs])
                     pending.discard(name)
+
+    def snapshot(self) -> str:
+        """The group as its coordinator describes it (members by client id = member name), for
+        a failure message: was a starved member assigned nothing, or assigned and not served?"""
+        try:
+            with wire_ops.cluster_client(self.target) as cc:
+                return share_ops.group_snapshot(share_ops.describe_share_group(cc, self.group, 10.0))
+        except Exception as exc:  # noqa: BLE001 - the description must not hide the failure it explains
+            return f"ShareGroupDescribe failed: {exc!r}"[:500]
 
     def unsettled(self) -> list[tuple[str, int]]:
         return [r for r in self.produced if r not in self.settled]

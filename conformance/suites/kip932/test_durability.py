@@ -315,19 +315,7 @@ def test_leader_crash_with_interleaved_states_above_the_spso(target, unique, req
 
 
 def describe_group(cc: ClusterClient, group: str) -> Any:
-    """ShareGroupDescribe at the group's coordinator, asked again while it loads or moves."""
-    deadline = time.monotonic() + FAILOVER_WAIT_S
-    while True:
-        try:
-            node = cc.coordinator_for(group, 0, wait_s=FAILOVER_WAIT_S)
-            (d,) = node.request(share_ops.SHARE_GROUP_DESCRIBE, 1, group_ids=(group,),
-                                include_authorized_operations=False).groups
-        except (OSError, ConnectionError, EOFError, RuntimeError) as exc:
-            d = exc
-        if not isinstance(d, Exception) and d.error_code == E.none:
-            return d
-        assert time.monotonic() < deadline, f"ShareGroupDescribe({group}): {d!r}"
-        time.sleep(0.3)
+    return share_ops.describe_share_group(cc, group, FAILOVER_WAIT_S)
 
 
 class Heartbeats(threading.Thread):
