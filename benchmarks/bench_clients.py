@@ -134,6 +134,43 @@ def api_versions_run(bootstrap: str, m: int) -> list[float]:
     return out
 
 
+def raw_produce_run(bootstrap: str, topic: str, m: int, value_bytes: int = 100) -> list[float]:
+    """Milliseconds per Produce v9 round trip (acks=1, one record of `value_bytes` to
+    partition 0), one in flight, on one connection to the first bootstrap broker, which
+    leads the partition on a one-broker target. The Produce a relay forwards, without a
+    client library's threads and metadata: its row through the bare relay and through the
+    proxy say what the proxy adds to a Produce beyond the relay hop."""
+    import datetime
+
+    from kio.schema.errors import ErrorCode
+
+    from reference_impl.client.raw_client import RawClient
+    from reference_impl.protocol import framing, payloads
+    from reference_impl.protocol import records
+
+    schema = framing.request_schema(0, 9)
+
+    def part(class_name: str, /, **fields: object) -> object:
+        return payloads.build(payloads.nested(schema, class_name), **fields)
+
+    req = payloads.build(schema, transactional_id=None, acks=1, timeout=datetime.timedelta(seconds=5), topic_data=(
+        part("TopicProduceData", name=topic, partition_data=(
+            part("PartitionProduceData", index=0, records=records.build_batch(
+                [b"x" * value_bytes], timestamp_ms=int(time.time() * 1000))),)),))
+    host, _, port = bootstrap.split(",")[0].rpartition(":")
+    out: list[float] = []
+    with RawClient(host, int(port)) as raw:
+        for _ in range(20):
+            code = raw.send(req).responses[0].partition_responses[0].error_code
+            if code != ErrorCode.none:
+                raise RuntimeError(f"raw Produce to {topic}-0 at {bootstrap}: {code!r}")
+        for _ in range(m):
+            t0 = time.perf_counter()
+            raw.send(req)
+            out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
 def produce_ack_run(bootstrap: str, topic: str, m: int, acks: int | str = 1) -> list[float]:
     """Milliseconds from produce() to the delivery report, one value in flight."""
     from confluent_kafka import Producer

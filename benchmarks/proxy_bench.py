@@ -15,16 +15,20 @@ two sides of a ratio see the same machine load:
 * ApiVersions: M raw request/response round trips on one socket (`RawClient`); the
   proxy's own added latency with the least client noise;
 * produce acks=1: one 100 B value in flight (linger.ms=0), `produce()` to its delivery report;
-* ApiVersions, bare relay: the same round trips through benchmarks/bare_relay.py (asyncio,
-  no decoding, no capture) instead of the proxy, measured in the same repetitions: the part
-  of the added latency that any Python relay process on the path costs.
+* Produce acks=1, raw: M raw Produce v9 round trips (acks=1, one 100 B record) on one socket;
+* ApiVersions / Produce acks=1, raw, bare relay: the same round trips through
+  benchmarks/bare_relay.py (asyncio, no decoding, no capture) instead of the proxy, measured
+  in the same repetitions: the part of the added latency that any Python relay process on
+  the path costs, so the proxy's own part is its row minus the floor's.
 
 Throughput cells are medians over the repetitions; latency percentiles pool every sample.
 "capture CPU" is the CPU time (user + system) of the proxy process and its trace
 writer child per MB of values (median over the proxied runs) or per round trip: the cost itself, which the
 throughput ratio shows only once the machine has no CPU to spare.
 The load average (1 min) is read after each row's last measurement: on the project's
-shared 2-core machine broker, proxy, trace writer and client compete for CPU.
+shared 2-core machine broker, proxy, trace writer and client compete for CPU. "cores busy
+d/p" is how many cores the whole machine kept busy during the direct / proxied runs
+(median, /proc/stat): a ratio below the target with every core busy is the capture's CPU.
 Targets: proxied >= 0.9 x direct throughput; added p50 <= 0.3 ms on the reference.
 """
 
@@ -42,13 +46,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from benchmarks.bench_clients import (aligned, cell, Background, api_versions_run, consume_run, create_topic, percentile,
-                                      produce_ack_run, produce_run, start_target)
+                                      produce_ack_run, produce_run, raw_produce_run, start_target)
 
 THROUGHPUT_TARGET = 0.9
 ADDED_P50_TARGET_MS = 0.3
 THROUGHPUT = ("produce", "consume")
-LATENCY = ("ApiVersions", "produce acks=1")
-RELAY_FLOOR = "ApiVersions, bare relay"  # benchmarks/bare_relay.py in place of the proxy: the floor
+LATENCY = ("ApiVersions", "produce acks=1", "Produce acks=1, raw")
+# benchmarks/bare_relay.py in place of the proxy: the floor under each raw round-trip row
+RELAY_FLOORS = {"ApiVersions, bare relay": "ApiVersions", "Produce acks=1, raw, bare relay": "Produce acks=1, raw"}
 
 
 @dataclass
@@ -61,6 +66,9 @@ class Row:
     n: int = 0
     load: float = 0.0
     proxy_cpu_s: list[float] = field(default_factory=list)  # proxy + writer CPU seconds per proxied run
+    # cores the whole machine kept busy during each run (/proc/stat): a throughput ratio below
+    # 1 on a machine with every core busy is the capture's CPU, not its forwarding path
+    cores_busy: dict[str, list[float]] = field(default_factory=lambda: {"direct": [], "proxied": []})
 
     @property
     def cpu_ms_per_mb(self) -> float | None:
@@ -80,7 +88,7 @@ class Row:
 
     @property
     def latency(self) -> bool:
-        return self.workload in LATENCY + (RELAY_FLOOR,)
+        return self.workload in LATENCY or self.workload in RELAY_FLOORS
 
     def mid(self, side: str) -> float | None:
         v = getattr(self, side)
@@ -102,7 +110,7 @@ class Row:
 
     @property
     def met(self) -> bool | None:
-        if self.workload == RELAY_FLOOR:
+        if self.workload in RELAY_FLOORS:
             return None  # a floor to read the proxy's row against, not a target
         if self.latency:
             if self.added_p50 is None or not self.target.startswith("reference"):
@@ -144,9 +152,22 @@ def tree_cpu_s(pid: int) -> float:
     return total
 
 
+def machine_cpu() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far (Linux /proc/stat)."""
+    with open("/proc/stat") as fh:
+        fields = [int(x) for x in fh.readline().split()[1:]]
+    tick = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields) - idle) / tick, sum(fields) / tick
+
+
 def _measured(row: Row, mode: str, proxy_pid: int, run: Callable[[], Any]) -> Any:
     before = tree_cpu_s(proxy_pid) if mode == "proxied" else 0.0
+    busy0, total0 = machine_cpu()
     result = run()
+    busy1, total1 = machine_cpu()
+    if total1 > total0:
+        row.cores_busy[mode].append((busy1 - busy0) / (total1 - total0) * (os.cpu_count() or 1))
     if mode == "proxied":
         row.proxy_cpu_s.append(tree_cpu_s(proxy_pid) - before)
     return result
@@ -188,7 +209,7 @@ def bench_target(spec: str, n: int, m: int, value_bytes: int, repeat: int, log: 
     trace_dir = tempfile.mkdtemp(prefix="kipcheck-proxy-bench-")
     value = b"v" * value_bytes
     rows = {w: Row(spec, w, value_bytes=value_bytes if w in THROUGHPUT else 0, n=n)
-            for w in THROUGHPUT + LATENCY + (RELAY_FLOOR,)}
+            for w in THROUGHPUT + LATENCY + tuple(RELAY_FLOORS)}
     try:
         proxy, proxied = start_proxy(bootstrap, trace_dir)
         relay, relayed = start_relay(bootstrap)
@@ -206,11 +227,16 @@ def bench_target(spec: str, n: int, m: int, value_bytes: int, repeat: int, log: 
                         _measured(rows["ApiVersions"], mode, pid, lambda: api_versions_run(bs, m)))
                     getattr(rows["produce acks=1"], mode).extend(
                         _measured(rows["produce acks=1"], mode, pid, lambda: produce_ack_run(bs, topic, m)))
-                    floor = rows[RELAY_FLOOR]
-                    if mode == "direct":
-                        floor.direct.extend(api_versions_run(bs, m))
-                    else:
-                        floor.proxied.extend(_measured(floor, mode, relay.proc.pid, lambda: api_versions_run(relayed, m)))
+                    getattr(rows["Produce acks=1, raw"], mode).extend(
+                        _measured(rows["Produce acks=1, raw"], mode, pid, lambda: raw_produce_run(bs, topic, m)))
+                    runs = {"ApiVersions": lambda b: api_versions_run(b, m),
+                            "Produce acks=1, raw": lambda b: raw_produce_run(b, topic, m)}
+                    for name, of in RELAY_FLOORS.items():
+                        floor, run = rows[name], runs[of]
+                        if mode == "direct":
+                            floor.direct.extend(run(bs))
+                        else:
+                            floor.proxied.extend(_measured(floor, mode, relay.proc.pid, lambda: run(relayed)))
                     log(f"  {spec} repeat {r + 1} {mode}: produce {rows['produce'].__dict__[mode][-1]:.0f}/s, "
                         f"consume {rows['consume'].__dict__[mode][-1]:.0f}/s, load {os.getloadavg()[0]:.2f}")
                 for row in rows.values():
@@ -229,7 +255,7 @@ def bench_target(spec: str, n: int, m: int, value_bytes: int, repeat: int, log: 
 
 
 def table(rows: list[Row]) -> str:
-    head = ("target", "workload", "direct", "proxied", "ratio", "capture CPU", "direct p50/p99 ms",
+    head = ("target", "workload", "direct", "proxied", "ratio", "capture CPU", "cores busy d/p", "direct p50/p99 ms",
             "proxied p50/p99 ms", "added p50 ms", "load 1m", "met")
     lines = [head]
     for r in rows:
@@ -244,6 +270,8 @@ def table(rows: list[Row]) -> str:
 
             cells = (fmt(r.mid("direct")), fmt(r.mid("proxied")), cell(r.ratio, ".2f"), f"{cell(r.cpu_ms_per_mb, '.1f')} ms/MB",
                      "-", "-", "-")
+        busy = "/".join(cell(statistics.median(v) if v else None, ".2f") for v in r.cores_busy.values())
+        cells = (*cells[:4], busy, *cells[4:])
         lines.append((r.target, r.workload, *cells, f"{r.load:.2f}", {True: "yes", False: "NO", None: "-"}[r.met]))
     return aligned(lines)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -29,6 +30,9 @@ QUICK = (100_000,)
 CHECK_ENGINES = ("pure", "local[1]", "local[2]", "standalone")
 DIFF_ENGINES = ("duckdb", "local[2]", "standalone")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# each of the 2 executors gets half of what local mode's one JVM gets (get_spark: 4g), so
+# the cluster rows hold the same data in the same memory (1g executors would spill a 10M trace)
+EXECUTOR_MEMORY = "2g"
 
 
 def load() -> float:
@@ -43,6 +47,26 @@ def pure_check(path: str) -> dict:
     table, _ = read_trace(path)
     found = [(v["rule_id"], v["seq"]) for v in check_table(table)]
     return {"rows": table.num_rows, "seconds": time.perf_counter() - t0, "found": found}
+
+
+def pure_check_child(path: str, memory_fraction: float = 0.75) -> dict:
+    """pure_check in a child process limited to `memory_fraction` of the machine's memory
+    (RLIMIT_AS): the pure engine holds the whole trace as Python rows (a 10M-exchange trace
+    took the benchmark to 23.6 GB and the kernel's OOM killer), and a row that does not fit
+    must fail alone, with its peak memory, not take the run down."""
+    limit = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * memory_fraction)
+    code = ("import json, resource, sys; resource.setrlimit(resource.RLIMIT_AS, (%d, %d)); "
+            "from benchmarks.trace_bench import pure_check; "
+            "print('RESULT', json.dumps(pure_check(%r)))" % (limit, limit, path))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": ROOT})
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    peak_gb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
+    last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+    raise RuntimeError(f"{last[:150]} (limit {limit / 2**30:.1f} GiB, peak RSS of the benchmark's children "
+                       f"{peak_gb:.1f} GiB)")
 
 
 def fixed_cost(base: str, code: str = "", root: str = ROOT) -> dict:
@@ -99,7 +123,7 @@ def run_size(n: int, base: str, cluster, budget_end: float, engines: tuple, diff
             continue
         try:
             if engine == "pure":
-                r = pure_check(path)
+                r = pure_check_child(path)
             else:
                 master = cluster.master_url if engine == "standalone" else engine
                 r = _check_child(path, master, cluster if engine == "standalone" else None, root)
@@ -134,22 +158,26 @@ def run_size(n: int, base: str, cluster, budget_end: float, engines: tuple, diff
 
 
 class _executor_env:
-    """PYSPARK_PYTHON = the cluster's executor venv for a child started inside the block."""
+    """For a child started inside the block: PYSPARK_PYTHON = the cluster's executor venv, and
+    the executors' memory passed as spark-submit would (PYSPARK_SUBMIT_ARGS), unless set."""
 
     def __init__(self, cluster) -> None:
-        self.cluster, self.old = cluster, None
+        self.cluster, self.old = cluster, {}
 
     def __enter__(self) -> None:
         if self.cluster is not None:
-            self.old = os.environ.get("PYSPARK_PYTHON")
+            keys = ("PYSPARK_PYTHON", "PYSPARK_SUBMIT_ARGS")
+            self.old = {k: os.environ.get(k) for k in keys}
             os.environ["PYSPARK_PYTHON"] = self.cluster.executor_python
+            os.environ.setdefault("PYSPARK_SUBMIT_ARGS",
+                                  f"--conf spark.executor.memory={EXECUTOR_MEMORY} pyspark-shell")
 
     def __exit__(self, *exc: object) -> None:
-        if self.cluster is not None:
-            if self.old is None:
-                os.environ.pop("PYSPARK_PYTHON", None)
+        for key, value in self.old.items():
+            if value is None:
+                os.environ.pop(key, None)
             else:
-                os.environ["PYSPARK_PYTHON"] = self.old
+                os.environ[key] = value
 
 
 def _check_child(path: str, master: str, cluster, root: str) -> dict:
@@ -174,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     if baseline and not os.path.isfile(os.path.join(baseline, "replay", "check_cmd.py")):
         p.error(f"--baseline {a.baseline}: no replay/check_cmd.py there (not a kipcheck checkout)")
     sizes = [int(x) for x in a.sizes.split(",")] if a.sizes else list(QUICK if a.quick else FULL)
-    engines, diff_engines = tuple(a.engines.split(",")), tuple(a.diff_engines.split(","))
+    engines = tuple(e for e in a.engines.split(",") if e)
+    diff_engines = tuple(e for e in a.diff_engines.split(",") if e)
     base = a.dir or tempfile.mkdtemp(prefix="kipcheck-trace-bench-")
     budget_end = time.monotonic() + a.budget
     print(f"{'what':<17} {'engine':<26} {'exchanges':>11} {'seconds':>9} {'exch/s':>12} {'load1':>6}  result")
@@ -187,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     if "standalone" in engines + diff_engines:
         from replay.spark_standalone import StandaloneCluster, executor_venv
 
-        cluster = StandaloneCluster(executor_venv(), workers=2).start()
+        cluster = StandaloneCluster(executor_venv(), workers=2, worker_memory=EXECUTOR_MEMORY).start()
     try:
         for n in sizes:
             rows.extend(run_size(n, base, cluster, budget_end, engines, diff_engines, baseline))

@@ -292,11 +292,16 @@ def _idle_sql(p: str) -> str:
             f"THEN '{f.IDLE_POLL_FIELD}' ELSE '{f.EXCHANGE_FIELD}' END")
 
 
+DUCKDB_MEMORY_LIMIT = "12GB"  # half of the project's 24 GiB machine; DuckDB spills beyond it
+
+
 def duckdb_diff(a_files: list[str], b_files: list[str]) -> tuple[list[tuple], float]:
     """(divergence (kind, a_seq, path) rows, seconds) of the SQL diff."""
     import duckdb
 
-    con = duckdb.connect()
+    # DuckDB takes 80 % of the machine's memory by default: at 10M exchanges it held 21 GB
+    # and the OOM killer took the benchmark (a standalone cluster's daemons were up beside it)
+    con = duckdb.connect(config={"memory_limit": DUCKDB_MEMORY_LIMIT})
     t0 = time.perf_counter()
     _duck_prepare(con, "a", a_files)
     _duck_prepare(con, "b", b_files)

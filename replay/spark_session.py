@@ -70,9 +70,12 @@ def spark_home_bin(name: str) -> str:
     return os.path.join(os.path.dirname(os.path.abspath(pyspark.__file__)), "bin", name)
 
 
+ZIP_NAME = "kipcheck_packages.zip"
+
+
 def package_zip(dest_dir: str | None = None) -> str:
     """Zip the kipcheck packages (sources only) for shipping to executors."""
-    dest = Path(dest_dir or tempfile.mkdtemp(prefix="kipcheck-pyfiles-")) / "kipcheck_packages.zip"
+    dest = Path(dest_dir or tempfile.mkdtemp(prefix="kipcheck-pyfiles-")) / ZIP_NAME
     with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as zf:
         for pkg in PACKAGES:
             for path in sorted((_ROOT / pkg).rglob("*")):
@@ -118,9 +121,12 @@ def get_spark(app_name: str, master: str | None = None, conf: dict[str, str] | N
             builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    shipped = spark.sparkContext.getConf().get("spark.submit.pyFiles", "")
-    if not spark.sparkContext.master.startswith("local") and "kipcheck_packages" not in shipped:
-        spark.sparkContext.addPyFile(package_zip())  # not shipped with spark-submit --py-files
+    sc = spark.sparkContext
+    # shipped by spark-submit --py-files, or by an earlier get_spark of this session: a second
+    # addPyFile of the name from another temporary directory is refused by Spark
+    shipped = [sc.getConf().get("spark.submit.pyFiles", ""), *sc.listFiles]
+    if not sc.master.startswith("local") and not any(ZIP_NAME in s for s in shipped):
+        sc.addPyFile(package_zip())
     return spark
 
 

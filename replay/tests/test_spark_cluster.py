@@ -51,6 +51,24 @@ def submit(master: str, pyfiles: str, executor_python: str, script: str, *args: 
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
+# `--master spark://...` without spark-submit: get_spark ships the packages itself, once per
+# session however often a command asks for the session (a second addPyFile of the zip from
+# another temporary directory was refused: the benchmark's standalone check died of it)
+WITHOUT_SUBMIT = """
+from replay.spark_session import get_spark
+spark = get_spark("kipcheck-direct", {master!r}, {{"spark.executor.memory": "512m"}})
+spark = get_spark("kipcheck-direct", {master!r})
+print(spark.sparkContext.parallelize([1, 2], 2).map(lambda _: __import__("replay").__name__).collect())
+spark.stop()
+"""
+
+
+def without_submit(master: str, executor_python: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": executor_python, "SPARK_LOCAL_IP": "127.0.0.1"}
+    return subprocess.run([sys.executable, "-c", WITHOUT_SUBMIT.format(master=master)], capture_output=True,
+                          text=True, env=env, cwd=str(ROOT), timeout=SUBMIT_TIMEOUT_S)
+
+
 def executor_apps(cluster: StandaloneCluster) -> set[str]:
     """Applications whose executors the workers launched (a worker gives each one a
     directory app-<id> under its work dir): evidence the jobs ran on the cluster."""
@@ -79,6 +97,8 @@ def test_check_and_diff_on_a_standalone_cluster_equal_the_pure_engine(tmp_path) 
         diff = submit(cluster.master_url, pyfiles, exec_py, "diff_cmd.py", a_dir, b_dir, "--out", str(tmp_path / "dr"),
                       "--no-json")
         assert diff.returncode == 1, diff.stderr[-3000:]
+        direct = without_submit(cluster.master_url, exec_py)
+        assert direct.returncode == 0 and direct.stdout.strip().endswith("['replay', 'replay']"), direct.stderr[-3000:]
         apps = executor_apps(cluster)
     got = {(r["rule_id"], r["entity"], r["seq"]) for r in pq.read_table(tmp_path / "check" / "violations.parquet").to_pylist()}
     assert got == {(v["rule_id"], v["entity"], v["seq"]) for v in check_table(table)}
@@ -87,4 +107,4 @@ def test_check_and_diff_on_a_standalone_cluster_equal_the_pure_engine(tmp_path) 
     rows = pq.read_table(tmp_path / "dr" / "divergences.parquet").to_pylist()
     assert sorted(map(_key, rows)) == sorted(map(_key, pure.to_pylist()))
     assert {(r["kind"], r["a_seq"], r["path"]) for r in rows} == expected_diff
-    assert len(apps) == 2, f"executors of {len(apps)} application(s) on the workers: the jobs did not run on the cluster"
+    assert len(apps) == 3, f"executors of {len(apps)} application(s) on the workers: the jobs did not run on the cluster"
