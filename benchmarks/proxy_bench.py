@@ -161,6 +161,20 @@ def machine_cpu() -> tuple[float, float]:
     return (sum(fields) - idle) / tick, sum(fields) / tick
 
 
+def settle(pid: int, idle_s: float = 0.3, cap_s: float = 60.0) -> None:
+    """Wait until the process tree (proxy and trace writer) stops using CPU: the writer
+    drains its backlog after the clients are done, and that work belongs to the proxied
+    run (its capture CPU), not to whichever run comes next (its cores busy)."""
+    deadline = time.monotonic() + cap_s
+    last = tree_cpu_s(pid)
+    while time.monotonic() < deadline:
+        time.sleep(idle_s)
+        now = tree_cpu_s(pid)
+        if now - last < idle_s * 0.05:
+            return
+        last = now
+
+
 def _measured(row: Row, mode: str, proxy_pid: int, run: Callable[[], Any]) -> Any:
     before = tree_cpu_s(proxy_pid) if mode == "proxied" else 0.0
     busy0, total0 = machine_cpu()
@@ -169,6 +183,7 @@ def _measured(row: Row, mode: str, proxy_pid: int, run: Callable[[], Any]) -> An
     if total1 > total0:
         row.cores_busy[mode].append((busy1 - busy0) / (total1 - total0) * (os.cpu_count() or 1))
     if mode == "proxied":
+        settle(proxy_pid)
         row.proxy_cpu_s.append(tree_cpu_s(proxy_pid) - before)
     return result
 
