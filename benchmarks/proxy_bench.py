@@ -188,6 +188,16 @@ def _measured(row: Row, mode: str, proxy_pid: int, run: Callable[[], Any]) -> An
     return result
 
 
+def _record(row: Row, mode: str, pid: int, run: Callable[[str], Any], address: str) -> None:
+    """One measured run of `row` through `address`, kept on its `mode` side."""
+    got = _measured(row, mode, pid, lambda: run(address))
+    side = getattr(row, mode)
+    if isinstance(got, list):
+        side.extend(got)
+    else:
+        side.append(got)
+
+
 # --- one target ---------------------------------------------------------------------------------
 
 
@@ -233,25 +243,20 @@ def bench_target(spec: str, n: int, m: int, value_bytes: int, repeat: int, log: 
                 order = [("direct", bootstrap), ("proxied", proxied)]
                 for mode, bs in order if r % 2 == 0 else order[::-1]:
                     topic = create_topic(bootstrap)
-                    pid = proxy.proc.pid
-                    getattr(rows["produce"], mode).append(
-                        _measured(rows["produce"], mode, pid, lambda: produce_run(bs, topic, n, value)))
-                    getattr(rows["consume"], mode).append(
-                        _measured(rows["consume"], mode, pid, lambda: consume_run(bs, topic, n)))
-                    getattr(rows["ApiVersions"], mode).extend(
-                        _measured(rows["ApiVersions"], mode, pid, lambda: api_versions_run(bs, m)))
-                    getattr(rows["produce acks=1"], mode).extend(
-                        _measured(rows["produce acks=1"], mode, pid, lambda: produce_ack_run(bs, topic, m)))
-                    getattr(rows["Produce acks=1, raw"], mode).extend(
-                        _measured(rows["Produce acks=1, raw"], mode, pid, lambda: raw_produce_run(bs, topic, m)))
-                    runs = {"ApiVersions": lambda b: api_versions_run(b, m),
-                            "Produce acks=1, raw": lambda b: raw_produce_run(b, topic, m)}
+                    workloads = {  # row -> run on one bootstrap address: a rate or round-trip samples
+                        "produce": lambda b: produce_run(b, topic, n, value),
+                        "consume": lambda b: consume_run(b, topic, n),
+                        "ApiVersions": lambda b: api_versions_run(b, m),
+                        "produce acks=1": lambda b: produce_ack_run(b, topic, m),
+                        "Produce acks=1, raw": lambda b: raw_produce_run(b, topic, m),
+                    }
+                    for name, run in workloads.items():
+                        _record(rows[name], mode, proxy.proc.pid, run, bs)
                     for name, of in RELAY_FLOORS.items():
-                        floor, run = rows[name], runs[of]
                         if mode == "direct":
-                            floor.direct.extend(run(bs))
+                            rows[name].direct.extend(workloads[of](bs))
                         else:
-                            floor.proxied.extend(_measured(floor, mode, relay.proc.pid, lambda: run(relayed)))
+                            _record(rows[name], mode, relay.proc.pid, workloads[of], relayed)
                     log(f"  {spec} repeat {r + 1} {mode}: produce {rows['produce'].__dict__[mode][-1]:.0f}/s, "
                         f"consume {rows['consume'].__dict__[mode][-1]:.0f}/s, load {os.getloadavg()[0]:.2f}")
                 for row in rows.values():

@@ -58,11 +58,9 @@ def pure_check_child(path: str, memory_fraction: float = 0.75) -> dict:
     code = ("import json, resource, sys; resource.setrlimit(resource.RLIMIT_AS, (%d, %d)); "
             "from benchmarks.trace_bench import pure_check; "
             "print('RESULT', json.dumps(pure_check(%r)))" % (limit, limit, path))
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": ROOT})
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
+    result, proc = cb.run_for_result(["-c", code])
+    if result is not None:
+        return result
     peak_gb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
     last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
     raise RuntimeError(f"{last[:150]} (limit {limit / 2**30:.1f} GiB, peak RSS of the benchmark's children "

@@ -73,17 +73,30 @@ def check_once(path: str, master: str) -> dict:
     return {"rows": stats["rows"], "seconds": seconds, "cpu_seconds": cpu, "found": sorted(found)}
 
 
-def run_child(path: str, master: str, root: str | None = None) -> dict:
-    """check_once in a child process, on the code of checkout `root` (default: this one)."""
-    root = root or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    code = ("import json,sys; from benchmarks.trace_check_bench import check_once; "
-            f"print('RESULT', json.dumps(check_once({path!r}, {master!r})))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root,
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_for_result(args: list[str], root: str | None = None,
+                   timeout: float | None = None) -> tuple[dict | None, subprocess.CompletedProcess]:
+    """`python ARGS` in a child on the code of checkout `root` (default: this one): the JSON
+    of its `RESULT ...` line (None when it printed none) and the finished process."""
+    root = root or ROOT
+    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=root, timeout=timeout,
                           env={**os.environ, "PYTHONPATH": root})
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    raise RuntimeError(f"check on {master} failed: {proc.stderr[-2000:]}")
+            return json.loads(line[len("RESULT "):]), proc
+    return None, proc
+
+
+def run_child(path: str, master: str, root: str | None = None) -> dict:
+    """check_once in a child process, on the code of checkout `root` (default: this one)."""
+    code = ("import json,sys; from benchmarks.trace_check_bench import check_once; "
+            f"print('RESULT', json.dumps(check_once({path!r}, {master!r})))")
+    result, proc = run_for_result(["-c", code], root)
+    if result is None:
+        raise RuntimeError(f"check on {master} failed: {proc.stderr[-2000:]}")
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -365,14 +364,12 @@ def _worker(argv: list[str]) -> int:
 def _run_spark_process(master: str, a_dir: str, b_dir: str, timeout: float,
                        root: str | None = None) -> tuple[list[tuple], float]:
     """One Spark diff in a child process, on the code of checkout `root` (default: this one)."""
-    env = None if root is None else {**os.environ, "PYTHONPATH": root}
-    out = subprocess.run([sys.executable, "-m", "benchmarks.trace_diff_bench", "--worker", master, a_dir, b_dir],
-                         capture_output=True, text=True, timeout=timeout, cwd=root, env=env)
-    for line in out.stdout.splitlines():
-        if line.startswith("RESULT "):
-            r = json.loads(line[len("RESULT "):])
-            return [tuple(x) for x in r["found"]], r["seconds"]
-    raise RuntimeError(f"spark {master} failed (exit {out.returncode}): {out.stderr[-2000:]}")
+    from benchmarks.trace_check_bench import run_for_result
+
+    r, out = run_for_result(["-m", "benchmarks.trace_diff_bench", "--worker", master, a_dir, b_dir], root, timeout)
+    if r is None:
+        raise RuntimeError(f"spark {master} failed (exit {out.returncode}): {out.stderr[-2000:]}")
+    return [tuple(x) for x in r["found"]], r["seconds"]
 
 
 # --- main -------------------------------------------------------------------------------------------------

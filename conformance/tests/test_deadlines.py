@@ -115,7 +115,8 @@ def test_e_librdkafka_poll(target, silent):
 
 @pytest.mark.deadline(60)
 def test_f_next_test_runs(target):
-    assert True
+    """Only has to run: the worker survived the stuck tests before it (the outer test reads
+    its verdict from the results)."""
 '''
 
 
