@@ -14,12 +14,17 @@ two sides of a ratio see the same machine load:
 * consume: `Consumer.assign()` from offset 0 of those N values to the last one;
 * ApiVersions: M raw request/response round trips on one socket (`RawClient`); the
   proxy's own added latency with the least client noise;
-* produce acks=1: one 100 B value in flight (linger.ms=0), `produce()` to its delivery report;
+* produce acks=1: one 100 B value in flight (linger.ms=0), `produce()` to its delivery report,
+  the application waiting in `poll()`;
 * Produce acks=1, raw: M raw Produce v9 round trips (acks=1, one 100 B record) on one socket;
 * ApiVersions / Produce acks=1, raw, bare relay: the same round trips through
   benchmarks/bare_relay.py (asyncio, no decoding, no capture) instead of the proxy, measured
   in the same repetitions: the part of the added latency that any Python relay process on
-  the path costs, so the proxy's own part is its row minus the floor's.
+  the path costs, so the proxy's own part is its row minus the floor's;
+* produce acks=1, bare relay (reference only): the confluent-kafka round trip through the
+  bare relay in front of a second reference broker that advertises the relay's port
+  (benchmarks/advertised_reference.py), so librdkafka's every connection takes the hop;
+  its direct side is the main broker's direct run (same implementation, same settings).
 
 Throughput cells are medians over the repetitions; latency percentiles pool every sample.
 "capture CPU" is the CPU time (user + system) of the proxy process and its trace
@@ -38,6 +43,7 @@ import argparse
 import json
 import os
 import shutil
+import socket
 import statistics
 import sys
 import tempfile
@@ -52,8 +58,10 @@ THROUGHPUT_TARGET = 0.9
 ADDED_P50_TARGET_MS = 0.3
 THROUGHPUT = ("produce", "consume")
 LATENCY = ("ApiVersions", "produce acks=1", "Produce acks=1, raw")
-# benchmarks/bare_relay.py in place of the proxy: the floor under each raw round-trip row
-RELAY_FLOORS = {"ApiVersions, bare relay": "ApiVersions", "Produce acks=1, raw, bare relay": "Produce acks=1, raw"}
+# benchmarks/bare_relay.py in place of the proxy: the floor under each round-trip row
+RELAY_FLOORS = {"ApiVersions, bare relay": "ApiVersions", "Produce acks=1, raw, bare relay": "Produce acks=1, raw",
+                "produce acks=1, bare relay": "produce acks=1"}
+ADVERTISED_FLOORS = ("produce acks=1, bare relay",)  # need a broker advertising the relay: reference only
 
 
 @dataclass
@@ -208,11 +216,29 @@ def start_proxy(upstream: str, trace_dir: str) -> tuple[Background, str]:
     return bg, bg.line.split("listening ", 1)[1].split(" ", 1)[0].rstrip(";")
 
 
-def start_relay(upstream: str) -> tuple[Background, str]:
+def start_relay(upstream: str, listen: int = 0) -> tuple[Background, str]:
     from benchmarks.bare_relay import READY
 
-    bg = Background([sys.executable, "-m", "benchmarks.bare_relay", upstream.split(",")[0]], READY, 60)
+    argv = [sys.executable, "-m", "benchmarks.bare_relay", upstream.split(",")[0], "--listen", str(listen)]
+    bg = Background(argv, READY, 60)
     return bg, bg.line.split(READY, 1)[1].strip()
+
+
+def start_advertised_relay() -> tuple[list[Background], str]:
+    """A reference broker advertising a bare relay's port, and the relay in front of it:
+    the relay's address, which a client library cannot go around."""
+    from benchmarks.advertised_reference import READY
+
+    with socket.socket() as s:  # a free port for the relay, known before the broker starts
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    broker = Background([sys.executable, "-m", "benchmarks.advertised_reference", str(port)], READY, 120)
+    try:
+        relay, address = start_relay(broker.line.split(READY, 1)[1], listen=port)
+    except Exception:
+        broker.stop()
+        raise
+    return [relay, broker], address
 
 
 def trace_counts(trace_dir: str) -> str:
@@ -238,7 +264,13 @@ def bench_target(spec: str, n: int, m: int, value_bytes: int, repeat: int, log: 
     try:
         proxy, proxied = start_proxy(bootstrap, trace_dir)
         relay, relayed = start_relay(bootstrap)
+        advertised: list[Background] = []
         try:
+            if spec.split(":")[0] == "reference":
+                advertised, advertised_relay = start_advertised_relay()
+            else:
+                for name in ADVERTISED_FLOORS:
+                    del rows[name]
             for r in range(repeat):
                 order = [("direct", bootstrap), ("proxied", proxied)]
                 for mode, bs in order if r % 2 == 0 else order[::-1]:
@@ -253,8 +285,14 @@ def bench_target(spec: str, n: int, m: int, value_bytes: int, repeat: int, log: 
                     for name, run in workloads.items():
                         _record(rows[name], mode, proxy.proc.pid, run, bs)
                     for name, of in RELAY_FLOORS.items():
+                        if name not in rows:
+                            continue
                         if mode == "direct":
                             rows[name].direct.extend(workloads[of](bs))
+                        elif name in ADVERTISED_FLOORS:
+                            other = create_topic(advertised_relay)
+                            run = lambda b: produce_ack_run(b, other, m)  # noqa: E731
+                            _record(rows[name], mode, advertised[0].proc.pid, run, advertised_relay)
                         else:
                             _record(rows[name], mode, relay.proc.pid, workloads[of], relayed)
                     log(f"  {spec} repeat {r + 1} {mode}: produce {rows['produce'].__dict__[mode][-1]:.0f}/s, "
@@ -262,8 +300,8 @@ def bench_target(spec: str, n: int, m: int, value_bytes: int, repeat: int, log: 
                 for row in rows.values():
                     row.load = os.getloadavg()[0]
         finally:
-            proxy.stop()
-            relay.stop()
+            for bg in [proxy, relay, *advertised]:
+                bg.stop()
         notes.append(f"{spec}: {trace_counts(trace_dir)}")
     finally:
         target.stop()

@@ -6,6 +6,9 @@ requirement in a way we have observed and explained (librdkafka's mock skipping 
 checks, say). Each entry turns the matching test into a strict expected failure: the
 verdict stays "fail" for that requirement and target in the report, CI stays green,
 and when the target is fixed the strict xpass turns CI red until the entry is removed.
+A flaky entry (a failure seen in some runs) is a non-strict xfail; with a signature it
+excuses only the failure it describes, so another bug of the target in the same test
+still fails it.
 
 ``conformance/deviations/*.yaml`` (one file per suite; ids unique across files)::
 
@@ -14,7 +17,10 @@ and when the target is fixed the strict xpass turns CI red until the entry is re
         target: librdkafka-mock          # target kind
         versions: ">=4.0"                # optional version constraint on the target
         flaky: failed 1 of 2 runs        # optional, with the measured rate: a non-strict xfail
-        test: test_corrupt_batch_rejected  # test function name, module.py::name, or module.py::name[params]
+        signature: "CRC .* ignored"      # optional regex the failure must match (re.search on the
+                                         #   exception's text); any other failure stays a failure
+        test: test_corrupt_batch_rejected  # test function name, module.py::name, module.py::name[params],
+                                           #   or module.py (every test of the module; needs a signature)
         requirement: PROTO.BAD.001
         observed: what the target does instead
         evidence: how it was established (test, command, observation)
@@ -36,7 +42,7 @@ from conformance.catalog import Catalog, load_yaml, parse_constraint
 DEFAULT_DEVIATIONS = Path(__file__).resolve().parent / "deviations"
 _DEV_ID = re.compile(r"^DEV-\d{3,}$")
 _FIELDS = ("id", "target", "test", "requirement", "observed", "evidence")
-_OPTIONAL = {"versions", "flaky"}
+_OPTIONAL = {"versions", "flaky", "signature"}
 
 
 class DeviationError(ValueError):
@@ -55,6 +61,7 @@ class Deviation:
     evidence: str
     versions: str | None = None
     flaky: str | None = None  # measured failure rate; the xfail is then not strict
+    signature: str | None = None  # regex of the one failure this entry excuses; others stay failures
 
     def matches(self, target_kind: str, target_version: str | None, nodeid: str, test_name: str) -> bool:
         if target_kind != self.target:
@@ -65,12 +72,19 @@ class Deviation:
                     return False
             except InvalidVersion:
                 pass
+        if self.test.endswith(".py"):  # a whole module
+            return nodeid.split("::")[0].endswith(self.test)
         if self.test.endswith("]"):  # one parametrisation: "module.py::name[params]"
             return nodeid.endswith(self.test)
         if "::" in self.test:
             module, _, name = self.test.partition("::")
             return test_name == name and nodeid.split("::")[0].endswith(module)
         return test_name == self.test
+
+    def excuses(self, exc: BaseException) -> bool:
+        """Whether this entry covers a failure with this exception (its signature, if any,
+        searched in the exception's text: for an assert, the message and the explanation)."""
+        return self.signature is None or re.search(self.signature, str(exc)) is not None
 
     @property
     def reason(self) -> str:
@@ -106,6 +120,13 @@ def parse_deviations(data: Any, name: str = "deviations.yaml", catalog: Catalog 
                 parse_constraint(item["versions"])
             except Exception as exc:  # noqa: BLE001
                 problems.append(f"{where}: bad versions constraint: {exc}")
+        if item.get("signature"):
+            try:
+                re.compile(str(item["signature"]))
+            except re.error as exc:
+                problems.append(f"{where}: bad signature regex: {exc}")
+        elif str(item.get("test", "")).endswith(".py"):
+            problems.append(f"{where}: a whole-module entry needs a signature (the one failure it excuses)")
         if len(problems) == before:
             out.append(
                 Deviation(
@@ -117,6 +138,7 @@ def parse_deviations(data: Any, name: str = "deviations.yaml", catalog: Catalog 
                     evidence=" ".join(str(item["evidence"]).split()),
                     versions=item.get("versions"),
                     flaky=" ".join(str(item["flaky"]).split()) if item.get("flaky") else None,
+                    signature=str(item["signature"]) if item.get("signature") else None,
                 )
             )
     if problems:

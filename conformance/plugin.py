@@ -586,7 +586,7 @@ def pytest_handlecrashitem(crashitem: str, report: Any, sched: Any) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """target_kinds(*kinds): tests whose target is of another kind are skipped.
     Registered deviations (conformance/deviations.yaml): the matching test on the named
-    target becomes a strict expected failure, so its verdict stays "fail"."""
+    target becomes an expected failure (deviation_xfail), so its verdict stays "fail"."""
     deviations = _deviations(config) if any(in_suites(i.path) for i in items) else []
     for item in items:
         kinds = [k for m in item.iter_markers("target_kinds") for k in m.args]
@@ -598,13 +598,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         version = _release_version(spec)
         for dev in deviations:
             if dev.matches(spec.kind, version, item.nodeid, _test_name(item)):
-                item.add_marker(pytest.mark.xfail(strict=dev.flaky is None, reason=dev.reason))
+                item.add_marker(deviation_xfail(dev))
     items[:] = spread_slow(items)
 
 
 def _slow_rank(item: pytest.Item) -> float:
     mark = item.get_closest_marker("slow")
     return float(mark.args[0]) if mark is not None and mark.args else 1.0
+
+
+def deviation_xfail(dev: Any) -> pytest.MarkDecorator:
+    """The xfail a registered deviation puts on its test: strict unless flaky; a failure
+    its signature does not describe stays a failure (pytest.RaisesExc's `check`)."""
+    return pytest.mark.xfail(strict=dev.flaky is None, reason=dev.reason,
+                             raises=pytest.RaisesExc(BaseException, check=dev.excuses))
 
 
 def spread_slow(items: list[pytest.Item]) -> list[pytest.Item]:

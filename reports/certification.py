@@ -34,7 +34,7 @@ from reports.evidence import clean_evidence, link_allure, non_passing, read_allu
 from reports.statement import build_statement
 
 SCHEMA = "kipcheck-certification-report"
-SCHEMA_VERSION = 3  # 3: statement, self_checks, non_passing, timeline; outcome rules (reports/outcome.py)
+SCHEMA_VERSION = 4  # 4: deviations.register[].flaky and .signature; 3: statement, self_checks, non_passing, timeline; outcome rules (reports/outcome.py)
 
 # Test-level verdicts written by the conformance plugin.
 TEST_VERDICTS = ("pass", "fail", "error", "not_supported", "skipped")
@@ -355,6 +355,8 @@ def load_deviation_register(path: str | Path | None = None) -> list[dict[str, An
             "requirement": d.requirement,
             "observed": d.observed,
             "evidence": d.evidence,
+            "flaky": d.flaky,
+            "signature": d.signature,
         }
         for d in load_deviations(p)
     ]

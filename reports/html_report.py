@@ -651,7 +651,9 @@ def _deviations(report: Mapping[str, Any]) -> str:
         '<p class="note">Failures of a named target kind that have been observed and explained '
         "(conformance/deviations/). The matching test runs as a strict expected failure: "
         "its verdict stays <strong>fail</strong> — a known deviation is still non-compliance — and "
-        "when the target stops deviating the test fails as an unexpected pass until the entry is removed.</p>"
+        "when the target stops deviating the test fails as an unexpected pass until the entry is removed. "
+        "A flaky entry (seen in some runs, with its rate) lets a run without the failure pass; an entry "
+        "with a signature excuses only the failure it describes.</p>"
     )
     by_id: dict[str, list[Mapping[str, Any]]] = {}
     for m in matched:
@@ -669,7 +671,10 @@ def _deviations(report: Mapping[str, Any]) -> str:
                 f"<code>{e(g.get('target'))}</code>"
                 + (f'<div class="muted">{e(g.get("versions"))}</div>' if g.get("versions") else ""),
                 f"<code>{e(g.get('requirement') or '—')}</code>",
-                f"<code>{e(g.get('test'))}</code>",
+                f"<code>{e(g.get('test'))}</code>"
+                + (f'<div class="muted">flaky: {e(g.get("flaky"))}</div>' if g.get("flaky") else "")
+                + (f'<div class="muted">only a failure matching <code>{e(g.get("signature"))}</code></div>'
+                   if g.get("signature") else ""),
                 e(g.get("observed")),
                 e(g.get("evidence")),
                 _deviation_run_status(by_id.get(gid, []), kinds.get(str(g.get("target")), [])),

@@ -27,17 +27,14 @@ _CRASH_NOTE = "; reference broker: the node's in-memory state is lost and rebuil
 
 
 class ProcessNemesis(TargetInjector):
-    kinds = ("kill", "stop", "pause", "bounce", "restart", "isolate")
-
     def invoke(self, spec: FaultSpec) -> FaultRecord:
         if spec.kind not in self.kinds:
             raise ValueError(f"process nemesis cannot inject {spec.kind!r}")
         nodes = self.nodes_for(spec)
         record = self.start_record(spec, nodes)
         try:
-            inject = {"kill": self._kill, "stop": self._stop, "pause": self._pause, "bounce": self._bounce,
-                      "restart": self._restart, "isolate": self._isolate}[spec.kind]
-            evidence = [inject(n) for n in nodes]
+            inject = _INJECT[spec.kind]
+            evidence = [inject(self, n) for n in nodes]
         except NotSupportedByTarget:
             self.open.remove(record)
             raise
@@ -100,3 +97,9 @@ class ProcessNemesis(TargetInjector):
         client = RawClient(host, port, timeout=10.0)
         client.api_versions(0)
         return client
+
+
+_INJECT = {"kill": ProcessNemesis._kill, "stop": ProcessNemesis._stop, "pause": ProcessNemesis._pause,
+           "bounce": ProcessNemesis._bounce, "restart": ProcessNemesis._restart, "isolate": ProcessNemesis._isolate}
+"""Each fault kind and the method that injects it on one node."""
+ProcessNemesis.kinds = tuple(_INJECT)

@@ -5,6 +5,8 @@ import pytest
 from conformance.catalog import get_catalog
 from conformance.deviations import DeviationError, load_deviations, parse_deviations
 
+pytest_plugins = ("pytester",)
+
 ENTRY = {
     "id": "DEV-010",
     "target": "librdkafka-mock",
@@ -80,3 +82,48 @@ def test_a_flaky_entry_carries_its_rate_and_is_not_strict():
     (strict,) = parse_deviations({"deviations": [ENTRY]})
     assert dev.flaky == "failed 1 of 2 runs" and strict.flaky is None
     assert "[flaky: failed 1 of 2 runs]" in dev.reason
+
+
+def test_a_whole_module_entry_needs_a_signature_and_matches_every_test_of_the_module():
+    with pytest.raises(DeviationError, match="needs a signature"):
+        parse_deviations({"deviations": [{**ENTRY, "test": "a/test_m.py"}]})
+    with pytest.raises(DeviationError, match="bad signature regex"):
+        parse_deviations({"deviations": [{**ENTRY, "test": "a/test_m.py", "signature": "("}]})
+    (dev,) = parse_deviations({"deviations": [{**ENTRY, "test": "a/test_m.py", "signature": "stall"}]})
+    assert dev.matches("librdkafka-mock", None, "conformance/suites/a/test_m.py::test_y[librdkafka-mock]", "test_y")
+    assert not dev.matches("librdkafka-mock", None, "conformance/suites/b/test_m.py::test_y[librdkafka-mock]", "test_y")
+
+
+SIGNED_RUN = '''
+import pytest
+from conformance.deviations import parse_deviations
+from conformance.plugin import deviation_xfail
+
+(DEV,) = parse_deviations({"deviations": [{
+    "id": "DEV-010", "target": "t", "test": "test_signed.py", "requirement": "R", "observed": "o",
+    "evidence": "e", "flaky": "failed 1 of 3 runs", "signature": r"coordinator .* timed out after \\d+ms"}]})
+
+
+@deviation_xfail(DEV)
+def test_the_registered_stall():
+    assert False, "the coordinator still answered COORDINATOR_NOT_AVAILABLE: timed out after 5000ms"
+
+
+@deviation_xfail(DEV)
+def test_another_bug_in_the_same_test():
+    assert 7 not in {7: 2}, "an acknowledged offset was delivered again"
+
+
+@deviation_xfail(DEV)
+def test_the_flake_did_not_happen():
+    pass
+'''
+
+
+def test_a_signed_deviation_excuses_only_the_failure_it_describes(pytester):
+    """A broker whose durability bug shows up in a test that also has a registered stall
+    must still fail it: only a failure matching the signature becomes an xfail."""
+    pytester.makepyfile(test_signed=SIGNED_RUN)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:kipcheck", "-q")
+    result.assert_outcomes(xfailed=1, failed=1, xpassed=1)
+    result.stdout.fnmatch_lines(["*FAILED*test_another_bug_in_the_same_test*"])

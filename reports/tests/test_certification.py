@@ -480,7 +480,7 @@ def test_deviation_register_and_matches_in_json(mock_report):
     assert d["register"][0] == {
         "id": "DEV-001", "target": MOCK, "versions": None, "test": "test_apiversions",
         "requirement": "PROTO.APIVER.001", "observed": "Answers with a body that is not <v0>.",
-        "evidence": "Raw ApiVersions v3 returned 17 bytes & a v0 decode failed.",
+        "evidence": "Raw ApiVersions v3 returned 17 bytes & a v0 decode failed.", "flaky": None, "signature": None,
     }
     assert d["register"][1]["versions"] == ">=2.0"
     assert [(m["id"], m["status"], m["test"]) for m in d["matched"]] == [
@@ -580,7 +580,7 @@ def test_json_schema_is_stable(report, tmp_path):
     data = json.loads(path.read_text())
     assert tuple(data) == cert.REPORT_KEYS
     assert data["schema"] == "kipcheck-certification-report"
-    assert data["schema_version"] == 3
+    assert data["schema_version"] == 4
     assert set(data["summary"]) == {
         "result", "banner", "completeness", "tests", "tests_total", "timed_out", "requirements_total",
         "requirements_tested", "requirements_untested", "per_target",
@@ -608,7 +608,7 @@ def test_json_schema_is_stable(report, tmp_path):
     }
     assert set(data["deviations"]) == {"register", "matched"}
     assert set(data["deviations"]["register"][0]) == {
-        "id", "target", "versions", "test", "requirement", "observed", "evidence"
+        "id", "target", "versions", "test", "requirement", "observed", "evidence", "flaky", "signature"
     }
     assert set(data["host"]) == {"hostname", "platform", "python"}
 
@@ -704,3 +704,13 @@ def test_summary_lines(report):
     text = "\n".join(cert.summary_lines(report))
     assert "KIP-98" in text and "non-compliant" in text and KN in text
     assert textwrap.dedent(text)
+
+
+def test_packaged_flaky_entries_show_their_rate_and_signature(mock_report):
+    """The register's flaky entries reach the report with the rate and the one failure
+    they excuse, so a reader sees why a red row of that test would still count."""
+    signed = [d for d in cert.load_deviation_register() if d["signature"]]
+    assert signed and all(d["flaky"] for d in signed)
+    html = render_html({**mock_report, "deviations": {"register": signed, "matched": []}})
+    section = html[html.index('<h2 id="deviations">'):html.index('<h2 id="divergences">')]
+    assert "flaky: " in section and "only a failure matching <code>" in section
