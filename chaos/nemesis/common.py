@@ -8,18 +8,6 @@ from typing import Any
 
 from chaos.nemesis.base import FaultRecord, FaultSpec
 from chaos.nemesis.select import pick_nodes
-from reference_impl.client.raw_client import ClusterClient
-
-
-def node_address(target: Any, node_id: int) -> tuple[str, int]:
-    """Where a node really listens (behind any fault proxy)."""
-    if hasattr(target, "node_bind_address"):
-        return target.node_bind_address(node_id)
-    if hasattr(target, "node_bootstrap"):
-        host, _, port = target.node_bootstrap(node_id).rpartition(":")
-        return host, int(port)
-    with ClusterClient(target.bootstrap_servers, timeout=10.0) as cc:
-        return cc.nodes[node_id]
 
 
 class TargetInjector:
@@ -42,7 +30,7 @@ class TargetInjector:
     def address(self, node_id: int) -> tuple[str, int]:
         """A node's own address, remembered from before any fault (Metadata drops a down node)."""
         if node_id not in self._addresses:
-            self._addresses[node_id] = node_address(self.target, node_id)
+            self._addresses[node_id] = self.target.node_bind_address(node_id)  # behind any fault proxy
         return self._addresses[node_id]
 
     def admin_bootstrap(self, avoid: tuple[int, ...] = ()) -> str:

@@ -25,6 +25,7 @@ from chaos.nemesis.common import TargetInjector
 from chaos.nemesis.request_faults import RequestFault, RequestFaultHook, RequestMatch
 from chaos.nemesis.request_proxy import ProxiedTarget, RequestProxy
 from chaos.nemesis.select import resolve_role
+from fixtures.target import NotSupportedByTarget
 from reference_impl.protocol.api_keys import ApiKey
 
 END_TXN = ApiKey.END_TXN
@@ -48,10 +49,10 @@ class RequestNemesis(TargetInjector):
         if self.hook is not None:
             return
         self.hook = RequestFaultHook()
-        if hasattr(target, "install_request_hook"):
+        try:
             target.install_request_hook(self.hook)
             self._installed = True
-        else:
+        except NotSupportedByTarget:
             self.proxy = RequestProxy(target, self.hook).start()
 
     @property

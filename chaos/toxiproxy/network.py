@@ -33,7 +33,7 @@ class ToxiproxyNetwork:
         self.ports: dict[int, int] = {}
 
     def prepare(self, target: Any) -> "ToxiproxyNetwork":
-        if not hasattr(target, "advertise_client_ports"):
+        if not target.advertises_client_ports:
             raise NotSupportedByTarget(f"{target.kind} cannot advertise a proxy address per node")
         if self._own_server and self.server.proc is None:
             self.server.start()
