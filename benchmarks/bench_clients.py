@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 import uuid
+from typing import Any, Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -122,14 +123,22 @@ def api_versions_run(bootstrap: str, m: int) -> list[float]:
     """Milliseconds per ApiVersions v3 round trip, one in flight, on one connection."""
     from reference_impl.client.raw_client import RawClient
 
+    return _round_trips(bootstrap, m, RawClient.api_versions)
+
+
+def _round_trips(bootstrap: str, m: int, send: Callable[[Any], Any], warm_up: int = 20) -> list[float]:
+    """Milliseconds of `m` calls of send(raw), one in flight, on one RawClient connection
+    to the first bootstrap broker, after `warm_up` untimed ones."""
+    from reference_impl.client.raw_client import RawClient
+
     host, _, port = bootstrap.split(",")[0].rpartition(":")
     out: list[float] = []
     with RawClient(host, int(port)) as raw:
-        for _ in range(20):
-            raw.api_versions()
+        for _ in range(warm_up):
+            send(raw)
         for _ in range(m):
             t0 = time.perf_counter()
-            raw.api_versions()
+            send(raw)
             out.append((time.perf_counter() - t0) * 1000)
     return out
 
@@ -144,7 +153,6 @@ def raw_produce_run(bootstrap: str, topic: str, m: int, value_bytes: int = 100) 
 
     from kio.schema.errors import ErrorCode
 
-    from reference_impl.client.raw_client import RawClient
     from reference_impl.protocol import framing, payloads
     from reference_impl.protocol import records
 
@@ -157,18 +165,13 @@ def raw_produce_run(bootstrap: str, topic: str, m: int, value_bytes: int = 100) 
         part("TopicProduceData", name=topic, partition_data=(
             part("PartitionProduceData", index=0, records=records.build_batch(
                 [b"x" * value_bytes], timestamp_ms=int(time.time() * 1000))),)),))
-    host, _, port = bootstrap.split(",")[0].rpartition(":")
-    out: list[float] = []
-    with RawClient(host, int(port)) as raw:
-        for _ in range(20):
-            code = raw.send(req).responses[0].partition_responses[0].error_code
-            if code != ErrorCode.none:
-                raise RuntimeError(f"raw Produce to {topic}-0 at {bootstrap}: {code!r}")
-        for _ in range(m):
-            t0 = time.perf_counter()
-            raw.send(req)
-            out.append((time.perf_counter() - t0) * 1000)
-    return out
+
+    def send(raw: Any) -> None:
+        code = raw.send(req).responses[0].partition_responses[0].error_code
+        if code != ErrorCode.none:
+            raise RuntimeError(f"raw Produce to {topic}-0 at {bootstrap}: {code!r}")
+
+    return _round_trips(bootstrap, m, send)
 
 
 def produce_ack_run(bootstrap: str, topic: str, m: int, acks: int | str = 1) -> list[float]:

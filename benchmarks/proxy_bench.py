@@ -23,8 +23,9 @@ two sides of a ratio see the same machine load:
   the path costs, so the proxy's own part is its row minus the floor's;
 * produce acks=1, bare relay (reference only): the confluent-kafka round trip through the
   bare relay in front of a second reference broker that advertises the relay's port
-  (benchmarks/advertised_reference.py), so librdkafka's every connection takes the hop;
-  its direct side is the main broker's direct run (same implementation, same settings).
+  (benchmarks/advertised_reference.py), so librdkafka's every connection takes the hop.
+A floor's direct side is the direct samples of the row it is under (for the last one, the
+main broker's: same implementation, same settings).
 
 Throughput cells are medians over the repetitions; latency percentiles pool every sample.
 "capture CPU" is the CPU time (user + system) of the proxy process and its trace
@@ -59,9 +60,11 @@ ADDED_P50_TARGET_MS = 0.3
 THROUGHPUT = ("produce", "consume")
 LATENCY = ("ApiVersions", "produce acks=1", "Produce acks=1, raw")
 # benchmarks/bare_relay.py in place of the proxy: the floor under each round-trip row
-RELAY_FLOORS = {"ApiVersions, bare relay": "ApiVersions", "Produce acks=1, raw, bare relay": "Produce acks=1, raw",
-                "produce acks=1, bare relay": "produce acks=1"}
-ADVERTISED_FLOORS = ("produce acks=1, bare relay",)  # need a broker advertising the relay: reference only
+# (its direct side is that row's direct samples); a client library needs a broker that
+# advertises the relay (reference only), raw round trips use the relay as it is
+RELAY_FLOORS = {"ApiVersions, bare relay": "ApiVersions", "Produce acks=1, raw, bare relay": "Produce acks=1, raw"}
+ADVERTISED_FLOORS = {"produce acks=1, bare relay": "produce acks=1"}
+FLOORS = {**RELAY_FLOORS, **ADVERTISED_FLOORS}
 
 
 @dataclass
@@ -96,7 +99,7 @@ class Row:
 
     @property
     def latency(self) -> bool:
-        return self.workload in LATENCY or self.workload in RELAY_FLOORS
+        return self.workload in LATENCY or self.workload in FLOORS
 
     def mid(self, side: str) -> float | None:
         v = getattr(self, side)
@@ -118,7 +121,7 @@ class Row:
 
     @property
     def met(self) -> bool | None:
-        if self.workload in RELAY_FLOORS:
+        if self.workload in FLOORS:
             return None  # a floor to read the proxy's row against, not a target
         if self.latency:
             if self.added_p50 is None or not self.target.startswith("reference"):
@@ -259,46 +262,44 @@ def bench_target(spec: str, n: int, m: int, value_bytes: int, repeat: int, log: 
     target, bootstrap = start_target(spec)
     trace_dir = tempfile.mkdtemp(prefix="kipcheck-proxy-bench-")
     value = b"v" * value_bytes
+    advertise = spec.split(":")[0] == "reference"
+    floors = {**RELAY_FLOORS, **(ADVERTISED_FLOORS if advertise else {})}
     rows = {w: Row(spec, w, value_bytes=value_bytes if w in THROUGHPUT else 0, n=n)
-            for w in THROUGHPUT + LATENCY + tuple(RELAY_FLOORS)}
+            for w in THROUGHPUT + LATENCY + tuple(floors)}
+
+    def workloads(topic: str) -> dict[str, Callable[[str], Any]]:
+        """row -> its run on one bootstrap address: a rate or round-trip samples"""
+        return {"produce": lambda b: produce_run(b, topic, n, value),
+                "consume": lambda b: consume_run(b, topic, n),
+                "ApiVersions": lambda b: api_versions_run(b, m),
+                "produce acks=1": lambda b: produce_ack_run(b, topic, m),
+                "Produce acks=1, raw": lambda b: raw_produce_run(b, topic, m)}
+
     try:
         proxy, proxied = start_proxy(bootstrap, trace_dir)
         relay, relayed = start_relay(bootstrap)
         advertised: list[Background] = []
         try:
-            if spec.split(":")[0] == "reference":
+            if advertise:
                 advertised, advertised_relay = start_advertised_relay()
-            else:
-                for name in ADVERTISED_FLOORS:
-                    del rows[name]
+                on_advertised = workloads(create_topic(advertised_relay))
             for r in range(repeat):
                 order = [("direct", bootstrap), ("proxied", proxied)]
                 for mode, bs in order if r % 2 == 0 else order[::-1]:
-                    topic = create_topic(bootstrap)
-                    workloads = {  # row -> run on one bootstrap address: a rate or round-trip samples
-                        "produce": lambda b: produce_run(b, topic, n, value),
-                        "consume": lambda b: consume_run(b, topic, n),
-                        "ApiVersions": lambda b: api_versions_run(b, m),
-                        "produce acks=1": lambda b: produce_ack_run(b, topic, m),
-                        "Produce acks=1, raw": lambda b: raw_produce_run(b, topic, m),
-                    }
-                    for name, run in workloads.items():
+                    work = workloads(create_topic(bootstrap))
+                    for name, run in work.items():
                         _record(rows[name], mode, proxy.proc.pid, run, bs)
-                    for name, of in RELAY_FLOORS.items():
-                        if name not in rows:
-                            continue
-                        if mode == "direct":
-                            rows[name].direct.extend(workloads[of](bs))
-                        elif name in ADVERTISED_FLOORS:
-                            other = create_topic(advertised_relay)
-                            run = lambda b: produce_ack_run(b, other, m)  # noqa: E731
-                            _record(rows[name], mode, advertised[0].proc.pid, run, advertised_relay)
-                        else:
-                            _record(rows[name], mode, relay.proc.pid, workloads[of], relayed)
+                    if mode == "proxied":
+                        for name, of in RELAY_FLOORS.items():
+                            _record(rows[name], mode, relay.proc.pid, work[of], relayed)
+                        for name, of in ADVERTISED_FLOORS.items() if advertise else ():
+                            _record(rows[name], mode, advertised[0].proc.pid, on_advertised[of], advertised_relay)
                     log(f"  {spec} repeat {r + 1} {mode}: produce {rows['produce'].__dict__[mode][-1]:.0f}/s, "
                         f"consume {rows['consume'].__dict__[mode][-1]:.0f}/s, load {os.getloadavg()[0]:.2f}")
-                for row in rows.values():
-                    row.load = os.getloadavg()[0]
+            for name, of in floors.items():  # the same direct samples as the row the floor is under
+                rows[name].direct = list(rows[of].direct)
+            for row in rows.values():
+                row.load = os.getloadavg()[0]
         finally:
             for bg in [proxy, relay, *advertised]:
                 bg.stop()
