@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 1 or not argv[0].isdigit():
         print("usage: python -m benchmarks.advertised_reference PORT", file=sys.stderr)
         return 2
-    from fixtures.targets import create_target
+    from targets.factory import create_target
 
     target = create_target("reference")
     target.advertise_client_ports({n: int(argv[0]) for n in target.node_ids})

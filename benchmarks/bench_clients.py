@@ -59,7 +59,7 @@ class Background:
 
 
 def start_target(spec: str) -> tuple[Background, str]:
-    bg = Background([sys.executable, "-m", "fixtures.target_up", spec], "bootstrap=", 300)
+    bg = Background([sys.executable, "-m", "targets.target_up", spec], "bootstrap=", 300)
     return bg, bg.line.split("=", 1)[1]
 
 

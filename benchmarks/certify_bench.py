@@ -48,7 +48,7 @@ def certify_once(target: str, workers: str, quick: bool, timeout_s: float, code_
     """One `kipcheck certify` run in a subprocess (this checkout's code, or code_dir's);
     its wall time, CPU, the load around it and the verdict counts."""
     out = tempfile.mkdtemp(prefix="kipcheck-bench-certify-")
-    cmd = [sys.executable, "-m", "conformance.cli", "certify", "--target", target, "-n", workers, "--out", out,
+    cmd = [sys.executable, "-m", "cli.main", "certify", "--target", target, "-n", workers, "--out", out,
            "--format", "json"]
     if quick:
         cmd += ["--suite", QUICK_SELECTION]

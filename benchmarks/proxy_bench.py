@@ -3,7 +3,7 @@
     python -m benchmarks.run --suite proxy [--quick] [--targets reference,kafka-native]
         [--messages N] [--value-bytes B] [--repeat R] [--json OUT]
 
-Per target (started by `python -m fixtures.target_up SPEC` in its own process), the proxy
+Per target (started by `python -m targets.target_up SPEC` in its own process), the proxy
 is `kipcheck record --writer process` (`python -m replay.record_cmd`) in its own process,
 writing a real Parquet trace through `ProcessTraceSink`. Each repetition runs every
 workload directly and through the proxy, the order alternating between repetitions, so the

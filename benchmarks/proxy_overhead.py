@@ -2,7 +2,7 @@
 
     .venv/bin/python -m benchmarks.proxy_overhead [--quick] [--targets reference,kafka-native] [--json OUT]
 
-For each target (started with `python -m fixtures.target_up SPEC` in its own process) the
+For each target (started with `python -m targets.target_up SPEC` in its own process) the
 capture proxy runs in its own process with the trace writer writing Parquet to a temporary
 directory, in two placements (`--writers`): `thread` is `kipcheck record` as it is
 (`python -m replay.record_cmd`: TraceWriter thread inside the proxy process), `process`

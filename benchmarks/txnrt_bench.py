@@ -81,7 +81,7 @@ def configure(cluster: ThreadedReferenceCluster, level: int, marker_delay_ms: in
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    from conformance.wire_ops import create_topic as create
+    from clients.wire import create_topic as create
     from reference_impl.client.raw_client import ClusterClient
 
     with ClusterClient(bootstrap) as cc:

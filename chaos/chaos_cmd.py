@@ -61,7 +61,7 @@ def _validate(args: argparse.Namespace) -> dict:
     from chaos.nemesis.registry import known_kinds
     from chaos.schedule import parse_faults
     from chaos.workloads import WORKLOADS
-    from fixtures.target import parse_target_spec
+    from targets.target import parse_target_spec
 
     try:
         parse_target_spec(args.target)
@@ -109,7 +109,7 @@ def run_scenario(args: argparse.Namespace) -> int:
               file=sys.stderr, flush=True)
         return EXIT_COULD_NOT_RUN
     from chaos.scenarios import kafka_17754
-    from fixtures.target import parse_target_spec
+    from targets.target import parse_target_spec
     try:
         parse_target_spec(args.target)
     except ValueError as exc:

@@ -12,7 +12,7 @@ import json
 import math
 from typing import Any
 
-from chaos.history import History
+from checkers.history import History
 
 W, H, PAD = 900, 220, 45
 COLORS = {"ok": "#2a9d3a", "fail": "#d62828", "info": "#f08c00"}

@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaos.checkers.requirements import anomalies
-from chaos.checkers.result import UNKNOWN
-from chaos.history import History
+from checkers.requirements import anomalies
+from checkers.result import UNKNOWN
+from checkers.history import History
 from chaos.nemesis.base import NEMESIS_PROCESS, FaultRecord, FaultWindow
-from chaos.recorder import Recorder
-from fixtures.target import NotSupportedByTarget
+from checkers.recorder import Recorder
+from targets.target import NotSupportedByTarget
 
 STOP_GRACE_S = 60.0
 NEMESIS_GRACE_S = 420.0
@@ -129,7 +129,7 @@ def run(cfg: RunConfig, log=print) -> RunResult:
     from chaos.nemesis.registry import nemeses_for
     from chaos.schedule import aim_roles, parse_faults, schedule
     from chaos.workloads import make_workload
-    from fixtures.targets import create_target
+    from targets.factory import create_target
 
     specs = parse_faults(cfg.faults)
     windows = schedule(specs, cfg.seed, cfg.time_limit_s)

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from chaos.nemesis.base import FaultRecord, FaultSpec
-from fixtures.target import NotSupportedByTarget
+from targets.target import NotSupportedByTarget
 
 
 def _refuses(host: str, port: int, timeout_s: float = 5.0) -> bool:
@@ -45,9 +45,9 @@ class KillRestartNemesis:
         """Nothing to put in place before start."""
 
     def setup(self, target: Any) -> None:
-        from conformance import client_ops
+        from clients import confluent
         self.target = target
-        brokers = client_ops.admin(target).list_topics(timeout=15).brokers
+        brokers = confluent.admin(target).list_topics(timeout=15).brokers
         self._endpoints = {b.id: (b.host, b.port) for b in brokers.values()}
 
     def _nodes(self, spec: FaultSpec) -> tuple[int, ...]:

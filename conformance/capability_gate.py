@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from fixtures.target import NotSupportedByTarget
+from targets.target import NotSupportedByTarget
 
 
 def require_capability(

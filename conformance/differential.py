@@ -30,8 +30,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-from fixtures.target import NotSupportedByTarget, Target
-from conformance.normalize import Difference, Normalizer, compare, jsonable
+from targets.target import NotSupportedByTarget, Target
+from clients.normalize import Difference, Normalizer, compare, jsonable
 
 Scenario = Callable[[Target, "UniqueIds"], Mapping[str, Any]]
 

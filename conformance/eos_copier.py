@@ -19,7 +19,7 @@ assign()-based read_committed consumer (transaction protocol v1); `reference` = 
 assign-based consumer with a raw stable OffsetFetch.
 
 History (JSON lines appended to `--history`, one op per line, indices assigned by whoever
-assembles the file; format of chaos/history.py):
+assembles the file; format of checkers/history.py):
 
 * ``assign`` (invoke + ok) when the consumer is positioned;
 * per transaction ``txn`` invoke ``[["poll"], ["send", "B-p", value], ...]`` written before

@@ -48,7 +48,7 @@ from typing import Any
 
 import pytest
 
-from fixtures.target import CLUSTER_KINDS, KINDS, NotSupportedByTarget, Target, TargetError, TargetSpec, parse_target_spec
+from targets.target import CLUSTER_KINDS, KINDS, NotSupportedByTarget, Target, TargetError, TargetSpec, parse_target_spec
 
 from conformance import deadlines, evidence
 from conformance.differential import Differential, UniqueIds, safe_name
@@ -313,7 +313,7 @@ class TargetPool:
         try:
             target = self.config.hook.pytest_kipcheck_create_target(spec=spec, config=self.config)
             if target is None:
-                from fixtures.targets import create_target
+                from targets.factory import create_target
 
                 target = create_target(spec)
             target.start()
@@ -396,7 +396,7 @@ class KipcheckState:
 
     def catalog(self) -> Any:
         if self._catalog is None and self._catalog_error is None:
-            from conformance.catalog import get_catalog
+            from registers.catalog import get_catalog
 
             try:
                 self._catalog = get_catalog(self.catalog_dir)
@@ -637,7 +637,7 @@ def _release_version(spec: Any) -> str | None:
     kafka-native spec without a version (or with a line like 4.1) runs a known release."""
     if spec.kind != "kafka-native":
         return spec.version
-    from fixtures.kafka_native.versions import resolve_release
+    from targets.kafka_native.versions import resolve_release
 
     try:
         return resolve_release(spec.version).version
@@ -648,7 +648,7 @@ def _release_version(spec: Any) -> str | None:
 def _deviations(config: pytest.Config) -> list[Any]:
     # Validated against the packaged catalog by conformance/tests/test_deviations.py;
     # not here, where a run may use a catalog of its own (--kipcheck-catalog).
-    from conformance.deviations import load_deviations
+    from registers.deviations import load_deviations
 
     return load_deviations()
 
@@ -1063,7 +1063,7 @@ def _allure_uuid(item: pytest.Item) -> str | None:
 
 
 def _json_default(value: Any) -> Any:
-    from conformance.normalize import jsonable
+    from clients.normalize import jsonable
 
     return jsonable(value)
 

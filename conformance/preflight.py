@@ -23,7 +23,7 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _external(spec: str, timeout: float) -> str | None:
-    from fixtures.targets import create_target
+    from targets.factory import create_target
 
     target = create_target(spec)
     target.timeout = min(getattr(target, "timeout", timeout), timeout)
@@ -50,8 +50,8 @@ def _java() -> str | None:
 
 def _kfake() -> str | None:
     """kfake runs a Go program: built already, or a Go toolchain to build it."""
-    from fixtures.go_build import GoBuildError
-    from fixtures.kfake.build import binary_path, go_toolchain
+    from targets.go_build import GoBuildError
+    from targets.kfake.build import binary_path, go_toolchain
 
     if binary_path().exists():
         return None
@@ -84,7 +84,7 @@ LOCAL_CHECKS: dict[str, list[Callable[[], str | None]]] = {
 
 def check_target(spec: str, timeout: float = PREFLIGHT_TIMEOUT_S) -> str | None:
     """None when `spec` looks usable, else a one-line reason."""
-    from fixtures.target import parse_target_spec
+    from targets.target import parse_target_spec
 
     kind = parse_target_spec(spec).kind
     if kind == "external":

@@ -5,11 +5,11 @@ share-partition against two clusters in lockstep:
 
 * the *target* side: the cluster under test (kafka-native, or the reference itself);
 * the *reference* side: a private `ThreadedReferenceCluster` per example, configured like
-  the reference target (`fixtures.reference_target.reference_target_config`).
+  the reference target (`targets.reference_target.reference_target_config`).
 
 Each side has one topic (one partition), one share group whose configs are set first
 (`share.auto.offset.reset=earliest`, `share.record.lock.duration.ms=LOCK_MS`), and 2-3
-member slots driven over the raw protocol (`conformance.share_ops`): a slot joins
+member slots driven over the raw protocol (`clients.share`): a slot joins
 (ShareGroupHeartbeat until assigned, then a share session on the partition leader), leaves
 (final ShareAcknowledge, epoch -1, then a leave heartbeat), fetches (ShareFetch), and
 acknowledges offsets with ACCEPT / RELEASE / REJECT (ShareAcknowledge) -- usually offsets
@@ -55,10 +55,10 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
 
-from conformance import share_ops
-from conformance.normalize import compare
-from conformance.share_ops import ACCEPT, REJECT, RELEASE, ShareSession
-from fixtures.reference_target import reference_target_config
+from clients import share
+from clients.normalize import compare
+from clients.share import ACCEPT, REJECT, RELEASE, ShareSession
+from targets.reference_target import reference_target_config
 from reference_impl.client.raw_client import ClusterClient
 from reference_impl.model.clock import ManualClock
 from reference_impl.server.broker_server import ThreadedReferenceCluster
@@ -247,11 +247,11 @@ class ShareSide:
         self.acquired_by: dict[int, float] = {}
         """offset -> monotonic time that fetch's response arrived."""
         self._create_topic()
-        share_ops.set_group_configs(self.cc, self.group, {
+        share.set_group_configs(self.cc, self.group, {
             "share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": str(LOCK_MS)})
 
     def _create_topic(self) -> None:
-        from conformance.wire_ops import create_topic
+        from clients.wire import create_topic
 
         provision = getattr(self.backend, "provision_topic", None)
         if provision is not None:
@@ -286,12 +286,12 @@ class ShareSide:
     # -- operations (each returns the normalized outcome) ---------------------------------------
 
     def op_produce(self, values: list[str]) -> dict[str, Any]:
-        base = share_ops.produce_values(self.cc, self.topic, [v.encode() for v in values])
+        base = share.produce_values(self.cc, self.topic, [v.encode() for v in values])
         self.model.produced(base, len(values))
         return {"base_offset": base}
 
     def op_join(self, slot: int) -> dict[str, Any]:
-        member, _ = share_ops.join_share_group(self.cc, self.group, [self.topic])
+        member, _ = share.join_share_group(self.cc, self.group, [self.topic])
         self.members[slot] = member
         self.sessions[slot] = ShareSession(self.cc.leader_for(self.topic, 0), self.group, member)
         return {"joined": True}
@@ -302,8 +302,8 @@ class ShareSide:
         out: dict[str, Any] = {"session_closed": session.epoch > 0}
         if session.epoch > 0:  # a session exists only once a fetch opened it (epoch 0)
             resp = session.close()
-            out.update(error=int(resp.error_code), partitions=share_ops.ack_codes(resp))
-        share_ops.leave_share_group(self.cc, self.group, self.members.pop(slot))
+            out.update(error=int(resp.error_code), partitions=share.ack_codes(resp))
+        share.leave_share_group(self.cc, self.group, self.members.pop(slot))
         self.sessions[slot] = None
         if out.get("error", NONE) == NONE:
             self.model.close(slot)
@@ -322,7 +322,7 @@ class ShareSide:
         for _ in range(FETCH_ATTEMPTS):
             resp = session.fetch([self.key], max_wait_ms=FETCH_WAIT_MS)
             code = int(resp.error_code)
-            got.update(share_ops.delivery_counts(resp))
+            got.update(share.delivery_counts(resp))
             if code != NONE or not expected or set(expected) <= set(got):
                 break
         done = time.monotonic()
@@ -343,7 +343,7 @@ class ShareSide:
         else:
             expected = {"error": NONE, "partition_error": self.model.expected_ack(slot, offsets)}
         resp = session.ack({self.key: [(o, o, [ack]) for o in offsets]})
-        code = share_ops.ack_codes(resp).get(0, int(resp.error_code))
+        code = share.ack_codes(resp).get(0, int(resp.error_code))
         if int(resp.error_code) == NONE and code == NONE:
             self.model.acknowledge(slot, offsets, ack)
         return {"error": int(resp.error_code), "partition_error": code, "_expected": expected}

@@ -18,8 +18,8 @@ from typing import Any
 
 from confluent_kafka.admin import ConfigResource, ResourceType
 
-from conformance import client_ops
-from fixtures.target import NotSupportedByTarget
+from clients import confluent
+from targets.target import NotSupportedByTarget
 
 MAX_REASONABLE_WAIT_S = 120.0
 DESCRIBE_TIMEOUT_S = 15.0
@@ -68,7 +68,7 @@ def limits(target: Any) -> TargetLimits:
 
 
 def _describe(target: Any) -> TargetLimits:
-    admin = client_ops.admin(target)
+    admin = confluent.admin(target)
     try:
         brokers = sorted(admin.list_topics(timeout=DESCRIBE_TIMEOUT_S).brokers)
         resource = ConfigResource(ResourceType.BROKER, str(brokers[0]))

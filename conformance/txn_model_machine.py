@@ -23,7 +23,7 @@ operation (``ok`` / ``fenced`` / ``fatal`` / ``abortable`` / ``illegal_state`` /
 ``timeout`` ... plus the Kafka error name), each producer slot's client state, producer
 id and epoch, and per partition the high watermark, the last stable offset and the
 (offset, value) lists read at read_uncommitted and read_committed. Observations are
-normalized with `conformance.normalize.Normalizer` (one per side for the whole run, so
+normalized with `clients.normalize.Normalizer` (one per side for the whole run, so
 producer ids and epochs become ``<producer_id#n>`` / ``<producer_epoch#n>`` numbered in
 order of appearance) and compared; any difference fails the example and Hypothesis
 shrinks it to a minimal step sequence.
@@ -65,7 +65,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
 
-from conformance.normalize import Normalizer, compare
+from clients.normalize import Normalizer, compare
 from reference_impl.client.consumer import Consumer
 from reference_impl.client.raw_client import ClusterClient
 from reference_impl.client.transactional_producer import TransactionalProducer
@@ -267,7 +267,7 @@ class ClusterSide:
         return getattr(self.backend, "security", None)
 
     def _create_topic(self) -> None:
-        from conformance.wire_ops import create_topic
+        from clients.wire import create_topic
 
         with ClusterClient(self.bootstrap, security=self.security) as cc:
             provision = getattr(self.backend, "provision_topic", None)

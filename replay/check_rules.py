@@ -1,17 +1,17 @@
 """The rule catalogue of `kipcheck check`: id, requirement ids, what a violation means.
 
 Rule ids are stable (they key the violations table and the summary); requirement ids come
-from conformance/catalog/*.yaml. `ENGINE` says which part of the job decides the rule:
+from registers/catalog/*.yaml. `ENGINE` says which part of the job decides the rule:
 "row" rules are DataFrame comparisons (Spark) / loops (pure); "replay" rules come from the
 per-entity state machines in replay.entity_replay. Share-partition rules take their
-requirement ids from chaos.checkers.share_rules, the one place both checkers read them.
+requirement ids from rules.share, the one place both checkers read them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from chaos.checkers.share_rules import RULE_REQUIREMENTS as SHARE_RULE_REQUIREMENTS
+from rules.share import RULE_REQUIREMENTS as SHARE_RULE_REQUIREMENTS
 
 
 @dataclass(frozen=True)

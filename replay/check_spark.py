@@ -10,7 +10,7 @@
    events (staged offsets, the transaction's end) and aborted offset ranges.
 3. Every entity's events go through ONE `groupBy(bucket).applyInArrow`, bucket = hash of
    (route, entity) mod N: an Arrow call replays many whole entities with the shared rules
-   (chaos.checkers via replay.entity_replay), dedups its violations and names their
+   (checkers via replay.entity_replay), dedups its violations and names their
    connection and api, so nothing is joined back to the exchanges afterwards.
 
 Same events, same replays, same results as replay.check_pure (the parity test holds them

@@ -25,7 +25,7 @@ topic's name anywhere, otherwise, like producer ids and member ids, ``<cat#n>`` 
 by first appearance in alignment order. Sentinels (-1, "", the zero UUID) stay.
 
 Response JSON (optional, ``json=True``): both responses are normalized with
-conformance.normalize.Normalizer (ids, hosts, ports, timestamps, throttle time, session ids)
+clients.normalize.Normalizer (ids, hosts, ports, timestamps, throttle time, session ids)
 and compared leaf by leaf; keys the columns already compare are left out so one difference
 is reported once.
 """
@@ -37,7 +37,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from conformance.normalize import MISSING, Normalizer, compare
+from clients.normalize import MISSING, Normalizer, compare
 from reference_impl.protocol.api_keys import ApiKey
 
 NULL = "null"

@@ -9,11 +9,11 @@ The models keep what the reference keeps and answer what the reference would ans
 
 * transactional id: granted producer id/epoch per id (InitProducerId, EndTxn v5+ bump,
   KIP-890), and which requests the coordinator/leader must fence from then on (the rule
-  itself is ``chaos.checkers.fencing``, shared with the chaos copier's checker);
+  itself is ``checkers.fencing``, shared with the chaos copier's checker);
 * group offsets: which offsets are visible to OffsetFetch at a time (plain commits at once,
   transactional ones from their EndTxn(commit), never after an abort);
 * share group, per share-partition (the KIP-932 rules themselves are
-  ``chaos.checkers.share_rules``, shared with the chaos share-group checker): per record holder member, lock window (request/response wall times plus
+  ``rules.share``, shared with the chaos share-group checker): per record holder member, lock window (request/response wall times plus
   the lock duration), delivery count, final (Acknowledged/Archived) state, a start offset
   below which everything is final, and the reported SPSO;
 * fetched partition: the aborted transactions' offset ranges, against which each
@@ -30,8 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from chaos.checkers import fencing
-from chaos.checkers import share_rules as rules
+from rules import fencing
+from rules import share as rules
 from reference_impl.model.share_session import ShareSessionCache, ShareSessionError
 from reference_impl.protocol.api_keys import ApiKey
 from kio.schema.errors import ErrorCode
@@ -68,7 +68,7 @@ def _int(x: Any) -> int | None:
 def replay_transactional_id(entity: str, events: Iterable[dict], cfg: CheckConfig | None = None) -> list[Violation]:
     """Events: seq, api, t_req, t_resp, pid, epoch, grant_pid, grant_epoch, ok.
 
-    TXN.FENCED_SUCCEEDED is the chaos fencing rule (``chaos.checkers.fencing.fenced_ok``)
+    TXN.FENCED_SUCCEEDED is the chaos fencing rule (``rules.fencing.fenced_ok``)
     over (producer id, epoch) holders; the events are its trace->history adapter."""
     out: list[Violation] = []
     granted: dict[int, int] = {}  # producer id -> highest epoch granted

@@ -1,6 +1,6 @@
 """`kipcheck replay DIR --target SPEC --out DIR2`: replay a recorded trace against a target.
 
-The target spec is parsed by `fixtures.target.parse_target_spec`; `fixtures.targets.create_target`
+The target spec is parsed by `targets.target.parse_target_spec`; `targets.factory.create_target`
 starts it for the duration of the replay (an `external:` target is only probed). Exit
 status: 0 every recorded exchange was replayed without problems; 1 some exchanges could
 not be replayed or the target's answers broke the replay (unmapped ids, closed
@@ -32,8 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fixtures.target import TargetError, parse_target_spec
-    from fixtures.targets import create_target
+    from targets.target import TargetError, parse_target_spec
+    from targets.factory import create_target
 
     try:
         spec = parse_target_spec(args.target)

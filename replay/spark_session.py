@@ -20,7 +20,7 @@ from typing import Any
 
 DEFAULT_MASTER = "local[2]"
 DEFAULT_SHUFFLE_PARTITIONS = "8"  # ours, unless spark-submit / --conf set another
-PACKAGES = ("replay", "reference_impl", "chaos", "conformance", "fixtures")
+PACKAGES = ("replay", "reference_impl", "chaos", "conformance", "targets")
 _ROOT = Path(__file__).resolve().parent.parent
 
 

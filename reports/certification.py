@@ -4,9 +4,9 @@ Inputs:
   * results rows: JSON lines written by the conformance pytest plugin, one file per
     xdist worker in ``<out>/results/*.jsonl``;
   * target descriptions: ``<out>/results/targets-<worker>.json`` (merged over workers);
-  * the requirement catalog (``conformance/catalog/*.yaml``);
-  * the divergence register (``conformance/divergences.yaml``);
-  * the deviation register (``conformance/deviations/``): known failures of named
+  * the requirement catalog (``registers/catalog/*.yaml``);
+  * the divergence register (``registers/divergences.yaml``);
+  * the deviation register (``registers/deviations/``): known failures of named
     targets; a result row whose reason names a DEV id is linked to its entry, and its
     verdict stays "fail" (a known deviation is still non-compliance);
   * optional run metadata written by ``kipcheck certify`` (``<out>/run.json``).
@@ -75,7 +75,7 @@ EXPECTED_KIPS = ("KIP-98", "KIP-447", "KIP-TXNRT", "KIP-932", "KIP-1289", "PROTO
 
 UNCATALOGUED = "(not in catalog)"
 
-# How the conformance plugin words a registered deviation (conformance/deviations.py:
+# How the conformance plugin words a registered deviation (registers/deviations.py:
 # Deviation.reason is "registered deviation DEV-00N (REQ): observed"): a strict xfail
 # that failed as expected, or a strict xpass (the deviation did not occur this time).
 _DEV_EXPECTED = re.compile(r"^\s*expected failure \(xfail\): registered deviation (DEV-\d{3,})\b")
@@ -198,11 +198,11 @@ def load_catalog_docs(path: str | Path | None = None, *, strict: bool = True) ->
     """The requirement catalog as a list of KIP documents (normalized plain dicts).
 
     `path` is a catalog directory (default: the packaged `conformance/catalog`). The
-    validating loader `conformance.catalog.load_catalog` is used; with strict=False an
+    validating loader `registers.catalog.load_catalog` is used; with strict=False an
     invalid catalog is read as raw YAML instead (the caller records the problem).
     """
     try:
-        from conformance.catalog import load_catalog
+        from registers.catalog import load_catalog
     except ImportError:  # pragma: no cover - the loader ships with kipcheck
         load_catalog = None
     if load_catalog is not None:
@@ -215,7 +215,7 @@ def load_catalog_docs(path: str | Path | None = None, *, strict: bool = True) ->
 
 
 def docs_from_catalog(cat: Any) -> list[dict[str, Any]]:
-    """A `conformance.catalog.Catalog` -> normalized KIP documents in matrix order."""
+    """A `registers.catalog.Catalog` -> normalized KIP documents in matrix order."""
     docs = []
     listed: set[str] = set()
     for kip, doc in cat.kips.items():
@@ -293,7 +293,7 @@ def _merge_docs(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def load_divergence_register(path: str | Path | None = None) -> list[dict[str, Any]]:
-    """Entries of conformance/divergences.yaml (a list, or a mapping with a list)."""
+    """Entries of registers/divergences.yaml (a list, or a mapping with a list)."""
     p = Path(path) if path is not None else _package_path("divergences.yaml")
     if p is None or not p.is_file():
         return []
@@ -335,13 +335,13 @@ def load_divergence_register(path: str | Path | None = None) -> list[dict[str, A
 
 
 def load_deviation_register(path: str | Path | None = None) -> list[dict[str, Any]]:
-    """Entries of conformance/deviations/ as plain dicts ([] when the file is absent).
+    """Entries of registers/deviations/ as plain dicts ([] when the file is absent).
 
-    Read with the validating loader `conformance.deviations.load_deviations` (without a
+    Read with the validating loader `registers.deviations.load_deviations` (without a
     catalog: requirement ids are checked by the conformance tests); an invalid register
     raises its `DeviationError`, which the caller records as a problem.
     """
-    from conformance.deviations import DEFAULT_DEVIATIONS, load_deviations
+    from registers.deviations import DEFAULT_DEVIATIONS, load_deviations
 
     p = Path(path) if path is not None else DEFAULT_DEVIATIONS
     if not p.exists():
@@ -844,7 +844,7 @@ def build_report(
             problems.append(
                 f"registered deviation {dv['id']} did not occur on {row['target']} ({row['nodeid']}): the test "
                 "passed, so its strict xfail failed; if the target is fixed, remove the entry from "
-                "conformance/deviations/"
+                "registers/deviations/"
             )
     unregistered = sorted({m["id"] for m in matched} - registered)
     if unregistered:

@@ -649,7 +649,7 @@ def _deviations(report: Mapping[str, Any]) -> str:
     out = ['<h2 id="deviations">Known target deviations</h2>']
     out.append(
         '<p class="note">Failures of a named target kind that have been observed and explained '
-        "(conformance/deviations/). The matching test runs as a strict expected failure: "
+        "(registers/deviations/). The matching test runs as a strict expected failure: "
         "its verdict stays <strong>fail</strong> — a known deviation is still non-compliance — and "
         "when the target stops deviating the test fails as an unexpected pass until the entry is removed. "
         "A flaky entry (seen in some runs, with its rate) lets a run without the failure pass; an entry "
@@ -763,7 +763,7 @@ def _divergences(report: Mapping[str, Any]) -> str:
     if register:
         out.append(
             '<p class="note">Known places where Apache Kafka and the KIP text disagree, '
-            "and what the reference does (conformance/divergences.yaml).</p>"
+            "and what the reference does (registers/divergences.yaml).</p>"
         )
         rows = []
         for g in register:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-# summary.result values and their exit codes (conformance.cli uses exit_code()).
+# summary.result values and their exit codes (cli.main uses exit_code()).
 EXIT_CODES = {"pass": 0, "partial-scope": 0, "fail": 1, "incomplete": 2, "not-run": 2, "no-results": 2}
 RUN_STATUSES = ("complete", "interrupted", "target_unreachable", "internal_error")
 

@@ -3,7 +3,7 @@
 Everything a receiver needs to know what a report claims, and to check that the report
 and the catalog it was judged against are the ones named: the catalog hash is SHA-256
 over the catalog YAML files concatenated in byte order of their names, i.e. what
-``cat $(LC_ALL=C ls conformance/catalog/*.yaml) | sha256sum`` prints.
+``cat $(LC_ALL=C ls registers/catalog/*.yaml) | sha256sum`` prints.
 """
 
 from __future__ import annotations

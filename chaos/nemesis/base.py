@@ -99,7 +99,7 @@ class Nemesis(Protocol):
     ``heal`` undoes it and fills ``healed_ns`` and, where it can tell, ``effective``;
     ``heal_all`` is the final heal before the catch-up reads; ``teardown`` releases what
     ``setup`` made (proxies, servers). Injectors raise
-    ``fixtures.target.NotSupportedByTarget`` for a fault the target cannot take.
+    ``targets.target.NotSupportedByTarget`` for a fault the target cannot take.
     """
 
     kinds: tuple[str, ...]

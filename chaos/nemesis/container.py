@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from chaos.nemesis.base import FaultRecord, FaultSpec
-from fixtures.target import NotSupportedByTarget
+from targets.target import NotSupportedByTarget
 
 PROBE_TIMEOUT_S = 3.0
 NSENTER_TIMEOUT_S = 30.0
@@ -45,7 +45,7 @@ def _now_ns() -> int:
 
 
 class ContainerNemesis:
-    """Nemesis for a started TestcontainersTarget (fixtures.testcontainers_target)."""
+    """Nemesis for a started TestcontainersTarget (targets.testcontainers_target)."""
 
     kinds = ("kill", "pause", "restart", "partition")
 
@@ -60,7 +60,7 @@ class ContainerNemesis:
         """Nothing to put in place before start: containers are reached by name."""
 
     def setup(self, target: Any) -> None:
-        from fixtures.testcontainers_target import TestcontainersTarget
+        from targets.testcontainers_target import TestcontainersTarget
 
         if not isinstance(target, TestcontainersTarget):
             raise NotSupportedByTarget(f"container faults need the testcontainers target, not {target.kind}")
@@ -138,7 +138,7 @@ class ContainerNemesis:
     # -- kill / pause / restart -------------------------------------------------------
 
     def _node_answers(self, node: int) -> bool:
-        from fixtures.target import probe_capabilities
+        from targets.target import probe_capabilities
 
         try:
             probe_capabilities(self.target.node_bootstrap(node), timeout=PROBE_TIMEOUT_S)
@@ -217,7 +217,7 @@ class ContainerNemesis:
         return {ip: seen.get(f"{ip}:{port}") == "open" for ip in ips}
 
     def _probe_links(self, nets: dict[int, tuple[int, str]], links: list[tuple[int, int]]) -> dict[str, bool]:
-        from fixtures.testcontainers_target import INTERNAL_PORT
+        from targets.testcontainers_target import INTERNAL_PORT
 
         result = {}
         for a in sorted({a for a, _ in links}):

@@ -1,7 +1,7 @@
 """Client-side fault ``hijack``: a second producer initialises a workload's transactional
 id mid-run (Kafka's ``transactions_test`` zombie; KIP-98 FENCE). The workload's own
 producer becomes the zombie: the coordinator must fence it, and whatever it still gets
-``ok`` after the hijack is judged by ``chaos.checkers.fencing``.
+``ok`` after the hijack is judged by ``checkers.fencing``.
 
 The hijacker is the reference transactional producer; its InitProducerId goes into the
 history as a one-op incarnation (process ``hijack:<transactional id>:<n>``, an empty
@@ -20,7 +20,7 @@ from kio.schema.errors import ErrorCode
 
 from chaos.nemesis.base import FaultRecord, FaultSpec
 from chaos.nemesis.common import TargetInjector
-from fixtures.target import NotSupportedByTarget
+from targets.target import NotSupportedByTarget
 from reference_impl.protocol.api_keys import ApiKey
 from reference_impl.protocol.schemas import decode_tolerant_response
 

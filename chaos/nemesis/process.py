@@ -16,7 +16,7 @@ from typing import Any
 from chaos.nemesis.base import FaultRecord, FaultSpec
 from chaos.nemesis.common import TargetInjector
 from chaos.nemesis.probe import api_versions_ok, wait_answering
-from fixtures.target import NotSupportedByTarget
+from targets.target import NotSupportedByTarget
 from reference_impl.client.raw_client import RawClient
 
 HEAL_TIMEOUT_S = 180.0

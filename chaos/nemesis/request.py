@@ -25,7 +25,7 @@ from chaos.nemesis.common import TargetInjector
 from chaos.nemesis.request_faults import RequestFault, RequestFaultHook, RequestMatch
 from chaos.nemesis.request_proxy import ProxiedTarget, RequestProxy
 from chaos.nemesis.select import resolve_role
-from fixtures.target import NotSupportedByTarget
+from targets.target import NotSupportedByTarget
 from reference_impl.protocol.api_keys import ApiKey
 
 END_TXN = ApiKey.END_TXN

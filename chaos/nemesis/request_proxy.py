@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fixtures.target import NotSupportedByTarget
+from targets.target import NotSupportedByTarget
 from reference_impl.client.raw_client import ClusterClient
 
 _PLAINTEXT = (None, "", "PLAINTEXT", "plaintext")

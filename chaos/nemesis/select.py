@@ -11,7 +11,7 @@ import uuid
 from kio.schema.errors import ErrorCode
 
 from chaos.nemesis.base import FaultSpec
-from fixtures.target import NotSupportedByTarget
+from targets.target import NotSupportedByTarget
 from reference_impl.client.raw_client import ClusterClient
 
 COORDINATOR_KEY_TYPES = {"group-coordinator": 0, "txn-coordinator": 1, "share-coordinator": 2}

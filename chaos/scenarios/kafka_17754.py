@@ -55,14 +55,14 @@ class Outcome:
 
 def run(target: Any, target_spec: str, tag: str | None = None, transaction_version: str | int = "auto") -> Outcome:
     """The scenario on a started target; ``transaction_version`` 1 forces a TV1 client."""
-    from conformance import client_ops
+    from clients import confluent
     from reference_impl.client.raw_client import ClusterClient
     from reference_impl.client.transactional_producer import TransactionalProducer
     from reference_impl.protocol import framing, payloads
 
     tag = tag or uuid.uuid4().hex[:8]
     topic, tid = f"kafka-17754-{tag}", f"kafka-17754-{tag}"
-    client_ops.create_topic(target, topic, partitions=1)
+    confluent.create_topic(target, topic, partitions=1)
     p = TransactionalProducer(target.bootstrap_servers, tid, request_timeout_ms=15_000, max_block_ms=30_000,
                               transaction_version=transaction_version)
     cc = ClusterClient(target.bootstrap_servers, timeout=15)
@@ -125,7 +125,7 @@ def read_committed(target: Any, topic: str, timeout_s: float = READ_TIMEOUT_S) -
     """Values a read_committed consumer sees in partition 0, up to the end of the log."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    from chaos.client import config as _config
+    from clients.confluent import quiet_config as _config
     c = Consumer(_config(target, {"group.id": f"{topic}-reader", "isolation.level": "read_committed",
                                   "enable.auto.commit": False, "enable.partition.eof": True}))
     seen: list[str] = []
@@ -148,7 +148,7 @@ def read_committed(target: Any, topic: str, timeout_s: float = READ_TIMEOUT_S) -
 
 def run_spec(target_spec: str, out_dir: Path, transaction_version: str | int = "auto") -> Outcome:
     """Start the target, run the scenario, write ``scenario.json``."""
-    from fixtures.targets import create_target
+    from targets.factory import create_target
     target = create_target(target_spec)
     target.start()
     try:

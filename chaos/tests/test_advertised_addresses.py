@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.kafka_native import config as cfg
-from fixtures.kafka_native.versions import resolve_release
-from fixtures.targets import create_target
+from targets.kafka_native import config as cfg
+from targets.kafka_native.versions import resolve_release
+from targets.factory import create_target
 from reference_impl.client.raw_client import ClusterClient, RawClient
 
 

@@ -16,7 +16,7 @@ SEED, TIME_LIMIT_S, DEADLINE_S = 20261126, 20, 240
 
 def _kipcheck(*args: str, out: Path | None = None, timeout: float = DEADLINE_S) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "conformance.cli", *args], cwd=REPO, env=env,
+    return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 

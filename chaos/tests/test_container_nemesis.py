@@ -15,8 +15,8 @@ import pytest
 
 from chaos.nemesis.base import FaultSpec, Nemesis
 from chaos.nemesis.container import ContainerNemesis
-from fixtures.target import NotSupportedByTarget
-from fixtures.targets import create_target
+from targets.target import NotSupportedByTarget
+from targets.factory import create_target
 
 # A container start waits while the brokers make progress: up to two attempts of 600 s.
 pytestmark = pytest.mark.deadline(1300)
@@ -99,9 +99,9 @@ def test_partition_isolating_the_txn_coordinator(cluster, nemesis) -> None:
     commits after the heal."""
     from confluent_kafka import KafkaException
 
-    from chaos.history import NEMESIS_FS
+    from checkers.history import NEMESIS_FS
     from chaos.nemesis.base import NEMESIS_PROCESS
-    from chaos.recorder import Recorder
+    from checkers.recorder import Recorder
 
     topic, tid = f"kc-part-{uuid.uuid4().hex[:8]}", f"kc-tid-{uuid.uuid4().hex[:8]}"
     rec = Recorder()

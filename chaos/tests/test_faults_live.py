@@ -24,8 +24,8 @@ from chaos.nemesis.process import ProcessNemesis
 from chaos.nemesis.request import END_TXN, RequestNemesis
 from chaos.nemesis.request_faults import RequestFaultHook
 from chaos.toxiproxy.network import ToxiproxyNetwork
-from fixtures.target import NotSupportedByTarget
-from fixtures.targets import create_target
+from targets.target import NotSupportedByTarget
+from targets.factory import create_target
 from replay.proxy import ThreadedCaptureProxy
 
 TARGETS = [

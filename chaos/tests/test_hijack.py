@@ -4,12 +4,12 @@ judges the zombie's operations recorded after it."""
 
 from __future__ import annotations
 
-from chaos.history import HistoryBuilder, send
+from checkers.history import HistoryBuilder, send
 from chaos.nemesis.base import FaultSpec
 from chaos.nemesis.hijack import HijackNemesis, describe_producer, hijack_process, hijackers_of
-from chaos.recorder import Recorder
+from checkers.recorder import Recorder
 from chaos.workloads.copier import _in_init_order
-from fixtures.targets import create_target
+from targets.factory import create_target
 from reference_impl.client.transactional_producer import TransactionalProducer
 
 
@@ -45,7 +45,7 @@ def test_hijack_bumps_the_epoch_and_fences_the_zombie():
 
 def test_no_transactional_workload_means_the_fault_cannot_run():
     import pytest
-    from fixtures.target import NotSupportedByTarget
+    from targets.target import NotSupportedByTarget
     nem = HijackNemesis()
     nem.bind(object(), Recorder())
     with pytest.raises(NotSupportedByTarget):
@@ -59,7 +59,7 @@ def test_zombie_ok_after_the_hijack_is_fenced_ok():
     b.ok("copier-1", send("b-0", "y", offset=1))    # the zombie still committed
     b.ok("copier-2", send("b-0", "z", offset=2))    # the next copier fences the hijacker: fine
     h = b.build()
-    from chaos.checkers.fencing import fenced_ok_cases
+    from checkers.fencing import fenced_ok_cases
     order = _in_init_order(h, ["copier-1", "copier-2"] + hijackers_of(h, "t"))
     assert order == ["copier-1", hijack_process("t", 1), "copier-2"]
     errs = fenced_ok_cases(h, {"t": order})

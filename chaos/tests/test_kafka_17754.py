@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from chaos.scenarios import kafka_17754
-from fixtures.targets import create_target
+from targets.factory import create_target
 
 
 @pytest.fixture(scope="module")

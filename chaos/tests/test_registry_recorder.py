@@ -5,7 +5,7 @@ import pytest
 
 from chaos.nemesis.base import Nemesis
 from chaos.nemesis.registry import known_kinds, nemeses_for
-from chaos.recorder import Recorder
+from checkers.recorder import Recorder
 
 
 def test_registry():

@@ -15,7 +15,7 @@ from confluent_kafka import Producer
 from chaos.nemesis.base import FaultSpec
 from chaos.nemesis.request import RequestNemesis
 from chaos.nemesis.request_proxy import ProxiedTarget
-from fixtures.targets import create_target
+from targets.factory import create_target
 
 TXN_TIMEOUT_S = 60
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import yaml
 
-from chaos.checkers.kafka_queue import check
-from chaos.checkers.requirements import REQUIREMENTS
-from chaos.checkers.result import compose
-from chaos.history import HistoryBuilder, poll, send
+from checkers.kafka_queue import check
+from checkers.requirements import REQUIREMENTS
+from checkers.result import compose
+from checkers.history import HistoryBuilder, poll, send
 from chaos.report import render
 from chaos.runner import verdict
 
@@ -62,7 +62,7 @@ def test_every_requirement_id_is_in_the_catalog():
         ids |= {r["id"] for r in (data.get("requirements", data) if isinstance(data, dict) else data)}
     missing = {t: r for t, reqs in REQUIREMENTS.items() for r in reqs if r not in ids}
     assert not missing
-    from chaos.checkers.kafka_queue import ANOMALIES
+    from checkers.kafka_queue import ANOMALIES
     assert set(ANOMALIES) <= set(REQUIREMENTS)
 
 

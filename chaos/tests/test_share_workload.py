@@ -6,7 +6,7 @@ acknowledgement, KIP-932 STATE.005/STATE.008)."""
 
 from __future__ import annotations
 
-from chaos.client.outcomes import FAIL, INFO, classify
+from clients.outcomes import FAIL, INFO, classify
 from chaos.runner import RunConfig, run
 from chaos.workloads import make_workload
 from chaos.workloads.share import ShareWorkload

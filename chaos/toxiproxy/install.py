@@ -14,7 +14,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from fixtures.go_build import GoBuildError, built_once, cache_root, go_toolchain, run_go
+from targets.go_build import GoBuildError, built_once, cache_root, go_toolchain, run_go
 
 VERSION = "2.12.0"
 MODULE = "github.com/Shopify/toxiproxy/v2"

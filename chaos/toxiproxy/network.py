@@ -15,7 +15,7 @@ from typing import Any
 
 from chaos.toxiproxy.client import ToxiproxyClient
 from chaos.toxiproxy.server import HOST, ToxiproxyServer
-from fixtures.target import NotSupportedByTarget
+from targets.target import NotSupportedByTarget
 
 _UNATTACHED = "127.0.0.1:9"  # discard port: nothing listens until attach() sets the real upstream
 

@@ -22,13 +22,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from chaos.checkers.kafka_queue import EXACTLY_ONCE, check
-from chaos.checkers.result import compose
-from chaos.client.outcomes import OK, classify
-from chaos.history import History
+from checkers.kafka_queue import EXACTLY_ONCE, check
+from checkers.result import compose
+from clients.outcomes import OK, classify
+from checkers.history import History
 from chaos.nemesis.hijack import hijackers_of
-from chaos.client import config as _config
-from chaos.recorder import Recorder, read_jsonl
+from clients.confluent import quiet_config as _config
+from checkers.recorder import Recorder, read_jsonl
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENTS = {"confluent": ("confluent", "auto"), "reference-tv2": ("reference", "2"),
@@ -54,15 +54,15 @@ class CopierWorkload:
         self._values = itertools.count(1)
 
     def setup(self, target: Any, recorder: Recorder) -> None:
-        from conformance import client_ops
+        from clients import confluent
         self.target, self.rec = target, recorder
         if self.workdir is None:
             import tempfile
             self.workdir = Path(tempfile.mkdtemp(prefix="kipcheck-copier-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.copier_history = self.workdir / "copier-history.jsonl"
-        client_ops.create_topic(target, self.input, partitions=self.partitions)
-        client_ops.create_topic(target, self.output, partitions=self.partitions)
+        confluent.create_topic(target, self.input, partitions=self.partitions)
+        confluent.create_topic(target, self.output, partitions=self.partitions)
 
     def ready(self) -> bool:
         """A copier incarnation committed its first transaction (faults before that find no
@@ -194,7 +194,7 @@ class CopierWorkload:
         return [self.tid]
 
     def check(self, history: History) -> dict:
-        from chaos.checkers import fencing
+        from checkers import fencing
         incarnations = {self.tid: _in_init_order(history, [f"copier-{k}" for k in range(1, self.incarnations + 1)]
                                                  + hijackers_of(history, self.tid))}
         return compose({"attempts": check(history, allowed=EXACTLY_ONCE),

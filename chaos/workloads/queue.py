@@ -6,7 +6,7 @@ optional poll, 1-3 sends, an intra-transaction delay, commit or a random abort),
 ``send`` (plain idempotent sends), ``poll``, ``assign`` (or ``subscribe``). Values are
 unique across the run, so every observed value names its writer. After any error the
 process's clients are rebuilt (a crash), as Jepsen's processes are. Completions go
-through ``chaos.client.outcomes``. ``catch_up`` reads every partition from the start
+through ``clients.outcomes``. ``catch_up`` reads every partition from the start
 at read_committed up to its high watermark.
 """
 
@@ -19,10 +19,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from chaos.checkers.kafka_queue import allowed_error_types, check
-from chaos.client.outcomes import FAIL, INFO, OK, classify
-from chaos.client import config as _config
-from chaos.recorder import Recorder
+from checkers.kafka_queue import allowed_error_types, check
+from clients.outcomes import FAIL, INFO, OK, classify
+from clients.confluent import quiet_config as _config
+from checkers.recorder import Recorder
 
 CLIENT_TIMEOUT_S = 10.0
 
@@ -71,13 +71,13 @@ class QueueWorkload:
     # ------------------------------------------------------------------ lifecycle
 
     def setup(self, target: Any, recorder: Recorder) -> None:
-        from conformance import client_ops
+        from clients import confluent
         self.target, self.rec = target, recorder
         if self.replication_factor == -1:
-            client_ops.create_topic(target, self.topic, partitions=self.partitions)
+            confluent.create_topic(target, self.topic, partitions=self.partitions)
             return
         from confluent_kafka.admin import NewTopic
-        admin = client_ops.admin(target)  # kept alive until the topic exists
+        admin = confluent.admin(target)  # kept alive until the topic exists
         futures = admin.create_topics([NewTopic(self.topic, self.partitions, replication_factor=self.replication_factor)])
         futures[self.topic].result(30)
 
@@ -286,7 +286,7 @@ class QueueWorkload:
         return {"transactional_id": f"{self.topic}-t0", "topic": self.topic, "partition": 0}
 
     def check(self, history) -> dict:
-        from chaos.checkers.result import compose
+        from checkers.result import compose
         allowed = allowed_error_types(subscribe=self.subscribe)
         return compose({"queue": check(history, allowed=allowed)})
 

@@ -5,9 +5,9 @@ Members run in one thread, in seeded turns (a member's poll, its acknowledgement
 ``commit_sync``), so the history's real-time order is the order the broker saw their
 requests. Every acquisition (``fetch``) and acknowledgement (``ack``, one op per
 partition) goes into the run's history through the client seam's outcome table
-(``chaos.client.outcomes``: ``share_fetch`` / ``share_ack``); a member whose call raised
+(``clients.outcomes``: ``share_fetch`` / ``share_ack``); a member whose call raised
 is crashed and comes back as a new process (``m2.3``: member 2, incarnation 3), as does a
-member the seeded RNG crashes on purpose. Judged by ``chaos.checkers.share_group``.
+member the seeded RNG crashes on purpose. Judged by ``checkers.share_group``.
 Clients: the reference share consumer (default) or confluent-kafka's ``ShareConsumer``.
 """
 
@@ -19,10 +19,10 @@ import threading
 import time
 from typing import Any
 
-from chaos.client import config as _config
-from chaos.client.outcomes import OK, classify
-from chaos.recorder import Recorder
-from chaos.share_history import ShareHistory
+from clients.confluent import quiet_config as _config
+from clients.outcomes import OK, classify
+from checkers.recorder import Recorder
+from checkers.share_history import ShareHistory
 
 CLIENTS = ("reference", "confluent")
 LOCK_MS = 10_000  # share.record.lock.duration.ms for the run's group
@@ -59,13 +59,13 @@ class ShareWorkload:
     # ------------------------------------------------------------------ setup
 
     def setup(self, target: Any, recorder: Recorder) -> None:
-        from conformance import client_ops, share_ops
-        share_ops.require_share_groups(target)
+        from clients import confluent, share
+        share.require_share_groups(target)
         self.target, self.rec = target, recorder
-        client_ops.create_topic(target, self.topic, partitions=self.partitions)
+        confluent.create_topic(target, self.topic, partitions=self.partitions)
         cc = target.cluster_client()
         try:
-            share_ops.set_group_configs(cc, self.group, {"share.auto.offset.reset": "earliest",
+            share.set_group_configs(cc, self.group, {"share.auto.offset.reset": "earliest",
                                                           "share.record.lock.duration.ms": str(self.lock_ms)})
         finally:
             cc.close()
@@ -226,8 +226,8 @@ class ShareWorkload:
         return {"group": self.group, "topic": self.topic, "partition": 0}
 
     def check(self, history: Any) -> dict:
-        from chaos.checkers import share_group
-        from chaos.checkers.result import compose
+        from checkers import share_group
+        from checkers.result import compose
         ops = [op.to_dict() for op in history if op.process != "nemesis"]
         share = ShareHistory.from_list([{**op, "index": n} for n, op in enumerate(ops)]).validate()
         allowed = share_group.allowed_error_types(failover=self.faulted)

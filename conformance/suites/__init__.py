@@ -7,7 +7,7 @@ plugin reports as the verdict ``not_supported`` (never a pass or a fail).
 
 from __future__ import annotations
 
-from fixtures.target import Capabilities, NotSupportedByTarget, Target
+from targets.target import Capabilities, NotSupportedByTarget, Target
 
 __all__ = ["NotSupportedByTarget", "require_api", "require_feature", "require_nodes"]
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance import catalog as cat
-from conformance.catalog import CatalogError, implemented_by, kafka_version_of, load_catalog
-from conformance.divergences import RegisterError, load_register, match_recorded, parse_register
+from registers import catalog as cat
+from registers.catalog import CatalogError, implemented_by, kafka_version_of, load_catalog
+from registers.divergences import RegisterError, load_register, match_recorded, parse_register
 
 REPO = Path(__file__).resolve().parents[2]
 SUITES = REPO / "conformance" / "suites"

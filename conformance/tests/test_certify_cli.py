@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 
-from conformance.cli import package_root
+from cli.main import package_root
 
 KIPCHECK = Path(sys.executable).parent / "kipcheck"
 
@@ -33,7 +33,7 @@ def _env() -> dict[str, str]:
 def _command(*args: str) -> list[str]:
     if KIPCHECK.exists():
         return [str(KIPCHECK), *args]
-    return [sys.executable, "-m", "conformance.cli", *args]
+    return [sys.executable, "-m", "cli.main", *args]
 
 
 def _run_json(out: Path) -> dict:

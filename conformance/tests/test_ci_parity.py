@@ -17,7 +17,7 @@ def test_kipcheck_tests_and_tox_share_the_suite_args():
     tox = configparser.ConfigParser()
     tox.read(REPO / "tox.ini")
     assert "@{toxinidir}/.ci/suite.args" in tox["testenv"]["commands"]
-    for step in ("fixtures.kafka_native.jars --default 4.1 3.9", "chaos.toxiproxy.install", "fixtures.kfake.build",
+    for step in ("targets.kafka_native.jars --default 4.1 3.9", "chaos.toxiproxy.install", "targets.kfake.build",
                  "image build --kafka 4.4.0"):
         assert step in tox["testenv"]["commands_pre"] and step in (REPO / "kipcheck-tests").read_text()
 

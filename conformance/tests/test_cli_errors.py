@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from conformance import cli
-from fixtures.target_up import target_up
+from cli import main
+from targets.target_up import target_up
 
 PREFIX = "kipcheck: error: "
 
@@ -35,14 +35,14 @@ def binary_results(tmp_path):
 
 def test_report_on_non_utf8_results_keeps_everything(binary_results, capsys):
     before = sorted(p.name for p in binary_results.iterdir())
-    assert cli.main(["report", str(binary_results), "--out", str(binary_results)]) == 2
+    assert main.main(["report", str(binary_results), "--out", str(binary_results)]) == 2
     line = _one_error(capsys.readouterr().err)
     assert "results-gw0.jsonl" in line and "not UTF-8" in line
     assert sorted(p.name for p in binary_results.iterdir()) == before  # nothing written, nothing deleted
 
 
 def test_catalog_results_non_utf8(binary_results, capsys):
-    assert cli.main(["catalog", "--no-collect", "--results", str(binary_results)]) == 2
+    assert main.main(["catalog", "--no-collect", "--results", str(binary_results)]) == 2
     assert "not UTF-8" in _one_error(capsys.readouterr().err)
 
 
@@ -53,7 +53,7 @@ def test_report_into_its_own_results_dir_keeps_the_rows(tmp_path, capsys):
            "target_kind": "reference", "target_version": None, "requirements": ["PROTO.APIVER.001"],
            "verdict": "pass", "reason": None, "duration_s": 0.1, "divergences": []}
     (results / "results-main.jsonl").write_text(json.dumps(row) + "\n")
-    assert cli.main(["report", str(results), "--out", str(results)]) == 0
+    assert main.main(["report", str(results), "--out", str(results)]) == 0
     assert (results / "results-main.jsonl").read_text() == json.dumps(row) + "\n"
     assert (results / "report.json").is_file()
 
@@ -69,7 +69,7 @@ def test_report_into_its_own_results_dir_keeps_the_rows(tmp_path, capsys):
 ])
 def test_bad_arguments_one_line_exit_2(argv, needle, tmp_path, capsys):
     argv = [a.replace("TRACE", str(tmp_path / "trace")) for a in argv]
-    assert cli.main(argv) == 2
+    assert main.main(argv) == 2
     assert needle in _one_error(capsys.readouterr().err)
     assert not (tmp_path / "trace").exists()
 
@@ -86,10 +86,10 @@ def test_record_warns_once_when_upstream_is_unreachable(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(cli.package_root()), os.environ.get("PYTHONPATH")])))
-    proc = subprocess.Popen([sys.executable, "-m", "conformance.cli", "record", "--upstream", f"127.0.0.1:{port}",
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(main.package_root()), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "record", "--upstream", f"127.0.0.1:{port}",
                              "--out", str(tmp_path / "trace")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, cwd=str(cli.package_root()))
+                            text=True, env=env, cwd=str(main.package_root()))
     try:
         first = proc.stdout.readline()
         assert first.startswith("kipcheck record: listening"), first + proc.stderr.read()

@@ -21,7 +21,7 @@ pytest_plugins = ("pytester",)
 CONFTEST = '''
 import socket
 import pytest
-from fixtures.target import Capabilities, Target
+from targets.target import Capabilities, Target
 
 
 class FakeTarget(Target):

@@ -2,8 +2,8 @@
 
 import pytest
 
-from conformance.catalog import get_catalog
-from conformance.deviations import DeviationError, load_deviations, parse_deviations
+from registers.catalog import get_catalog
+from registers.deviations import DeviationError, load_deviations, parse_deviations
 
 pytest_plugins = ("pytester",)
 
@@ -59,7 +59,7 @@ def test_divergence_evidence_names_an_existing_suite_test():
     """Every divergence's evidence test exists, so the register cannot cite phantom evidence."""
     from pathlib import Path
 
-    from conformance.divergences import load_register
+    from registers.divergences import load_register
 
     root = Path(__file__).resolve().parents[2]
     sources = {p: p.read_text() for p in (root / "conformance" / "suites").rglob("test_*.py")}
@@ -96,7 +96,7 @@ def test_a_whole_module_entry_needs_a_signature_and_matches_every_test_of_the_mo
 
 SIGNED_RUN = '''
 import pytest
-from conformance.deviations import parse_deviations
+from registers.deviations import parse_deviations
 from conformance.plugin import deviation_xfail
 
 (DEV,) = parse_deviations({"deviations": [{

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import pytest
 
 from conformance.differential import Differential, UniqueIds, run_differential, safe_name
-from conformance.normalize import Difference, Normalizer, compare, jsonable, normalize
-from fixtures.target import NotSupportedByTarget, Target, parse_target_spec
+from clients.normalize import Difference, Normalizer, compare, jsonable, normalize
+from targets.target import NotSupportedByTarget, Target, parse_target_spec
 
 # -- normalizer ---------------------------------------------------------------------------------
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from conformance.catalog import get_catalog
-from conformance.divergences import load_register
+from registers.catalog import get_catalog
+from registers.divergences import load_register
 from conformance.tests.test_marker_lint import SUITES, _module_ids, _requirement_ids
 
 REPO = SUITES.parents[1]

@@ -27,7 +27,7 @@ import os
 from pathlib import Path
 
 import pytest
-from fixtures.target import Capabilities, Target
+from targets.target import Capabilities, Target
 
 LOG = Path(__file__).parent / "lifecycle.log"
 
@@ -292,7 +292,7 @@ def test_target_that_fails_to_start_fails_its_tests(kc):
 
 
 def test_testcontainers_without_docker_is_skipped_with_reason(kc, monkeypatch):
-    pytest.importorskip("fixtures.testcontainers_target")
+    pytest.importorskip("targets.testcontainers_target")
     monkeypatch.setenv("DOCKER_HOST", f"unix://{kc.path}/no-docker.sock")
     suite(kc, "test_two", TWO_TESTS)
     result = run(kc, "-rs", "--target", "testcontainers:apache/kafka:3.9.0")
@@ -327,7 +327,7 @@ def test_target_kinds_marker_skips_other_kinds(kc):
 
 VERDICT_SUITE = """
 import pytest
-from fixtures.target import NotSupportedByTarget
+from targets.target import NotSupportedByTarget
 from conformance.suites import require_feature
 
 @pytest.mark.requirement("TEST.A.001")

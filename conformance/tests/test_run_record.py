@@ -72,7 +72,7 @@ def test_failing_row_carries_assertion_and_last_exchanges(pytester, monkeypatch)
 
 CRASH_CONFTEST = '''
 import pytest
-from fixtures.target import Capabilities, Target
+from targets.target import Capabilities, Target
 
 
 class FakeTarget(Target):

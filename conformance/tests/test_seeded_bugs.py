@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conformance import cli, power
-from conformance.catalog import get_catalog
+from conformance import power
+from cli import main
+from registers.catalog import get_catalog
 from conformance.plugin import TargetPool
-from fixtures.reference_target import ReferenceTarget, reference_target_config
-from fixtures.target import parse_target_spec
+from targets.reference_target import ReferenceTarget, reference_target_config
+from targets.target import parse_target_spec
 from reference_impl.model import seeded_bugs as bugs
 from reference_impl.model.seeded_bugs import BUGS, NO_BUGS, SeededBugs
 
@@ -58,7 +59,7 @@ def test_unknown_or_empty_bug_names_the_known_ones(value):
 
 
 def test_certify_rejects_an_unknown_bug_in_one_line(capsys):
-    assert cli.main(["certify", "--target", "reference:bug=no-such-bug"]) == 2
+    assert main.main(["certify", "--target", "reference:bug=no-such-bug"]) == 2
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(lines) == 1 and "unknown seeded bug(s) no-such-bug" in lines[0] and bugs.CRC_NOT_CHECKED in lines[0]
 
@@ -91,7 +92,7 @@ def test_the_differential_reference_of_a_bugged_target_is_the_plain_reference():
 
 
 def test_power_cli_rejects_an_unknown_bug_in_one_line(capsys):
-    assert cli.main(["power", "--bugs", "no-such-bug"]) == 2
+    assert main.main(["power", "--bugs", "no-such-bug"]) == 2
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("kipcheck: error: unknown seeded bug(s) no-such-bug")
@@ -105,7 +106,7 @@ def test_shards_cover_every_bug_once():
 
 
 def test_power_cli_rejects_a_bad_shard_in_one_line(capsys):
-    assert cli.main(["power", "--shard", "4/4"]) == 2
+    assert main.main(["power", "--shard", "4/4"]) == 2
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("kipcheck: error: --shard must be K/N")
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from conformance import target_limits
-from fixtures.target import NotSupportedByTarget
-from fixtures.targets import create_target
+from targets.target import NotSupportedByTarget
+from targets.factory import create_target
 from reference_impl.server.broker_server import ThreadedReferenceCluster
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance import cli
-from conformance.catalog import CatalogError, load_catalog
+from cli import main
+from registers.catalog import CatalogError, load_catalog
 
 CATALOG = """\
 kip: KIP-98
@@ -84,12 +84,12 @@ def test_coverage_splits_explained_from_unexplained(tmp_path):
 @pytest.fixture
 def claims(monkeypatch):
     """Collected suites claiming only KIP-98.IDEMP.001 (the suites are not collected here)."""
-    monkeypatch.setattr(cli, "collect_requirement_claims", lambda: {"t.py::test_a": ["KIP-98.IDEMP.001"]})
+    monkeypatch.setattr(main, "collect_requirement_claims", lambda: {"t.py::test_a": ["KIP-98.IDEMP.001"]})
     monkeypatch.setenv("COLUMNS", "200")  # one line per reason whatever the terminal
 
 
 def test_untested_listing_shows_explained_ids_apart_with_counts(tmp_path, capsys, claims):
-    assert cli.main(["catalog", "--untested", "--catalog", str(_catalog_dir(tmp_path))]) == 0
+    assert main.main(["catalog", "--untested", "--catalog", str(_catalog_dir(tmp_path))]) == 0
     out = capsys.readouterr().out
     assert "(2 of 3 requirements, 2 without a test, 1 of them explained)" in out
     lines = out.splitlines()
@@ -102,7 +102,7 @@ def test_untested_listing_shows_explained_ids_apart_with_counts(tmp_path, capsys
 
 
 def test_untested_json_carries_the_reason(tmp_path, capsys, claims):
-    assert cli.main(["catalog", "--untested", "--json", "--catalog", str(_catalog_dir(tmp_path))]) == 0
+    assert main.main(["catalog", "--untested", "--json", "--catalog", str(_catalog_dir(tmp_path))]) == 0
     rows = {r["id"]: r for r in json.loads(capsys.readouterr().out)["requirements"]}
     assert set(rows) == {"KIP-98.METRIC.001", "KIP-98.TXN.001"}
     assert rows["KIP-98.METRIC.001"]["untested_reason"].startswith("The metrics are exposed over JMX")

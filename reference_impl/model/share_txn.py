@@ -3,7 +3,7 @@
 Pure: feature gating, the acknowledge types a transaction may stage, which marker resolves
 a staging, and which share-state partition a group's staging registers in the transaction.
 The readings the reference takes where the KIP is ambiguous are the DIV-1289xx entries of
-conformance/divergences.yaml.
+registers/divergences.yaml.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ DelayedTxnMarker-style purgatories hold a callback, instead of CONCURRENT_TRANSA
 
 The draft signals the capability by "bumping AddPartitionToTxn by one"; Kafka has since
 spent v4 and v5 on KIP-890, so the reference signals it with a finalized feature level
-instead (DIV-200201 in conformance/divergences.yaml). Level 0 (the default, absent) is
+instead (DIV-200201 in registers/divergences.yaml). Level 0 (the default, absent) is
 today's Kafka behaviour.
 """
 

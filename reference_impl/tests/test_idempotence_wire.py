@@ -13,7 +13,7 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode
 
-from conformance import wire_ops
+from clients import wire
 from reference_impl.client.raw_client import ClusterClient, RawClient
 from reference_impl.model.producer_state import ProducerStateManager
 from reference_impl.protocol import framing, payloads
@@ -50,7 +50,7 @@ def pid() -> int:
 @pytest.fixture()
 def topic(cc: ClusterClient) -> str:
     name = f"idem-{uuid.uuid4().hex[:8]}"
-    assert wire_ops.create_topic(cc, name, partitions=1, replication=1) == 0
+    assert wire.create_topic(cc, name, partitions=1, replication=1) == 0
     return name
 
 
@@ -64,11 +64,11 @@ def batch(pid: int, seq: int, n: int = 1, epoch: int = 0, ts: int = TS) -> bytes
 
 
 def log_end(cc: ClusterClient, leader: RawClient, topic: str) -> int:
-    return int(wire_ops.list_offset(leader, topic, 0, -1).offset)
+    return int(wire.list_offset(leader, topic, 0, -1).offset)
 
 
 def fetched_values(cc: ClusterClient, leader: RawClient, topic: str) -> list[bytes]:
-    part = wire_ops.fetch(cc, leader, topic, 0, 0)
+    part = wire.fetch(cc, leader, topic, 0, 0)
     assert part.error_code == ErrorCode.none
     return [rec.value for rec in r.iter_records(part.records)]
 
@@ -87,14 +87,14 @@ def describe_producers(client: RawClient, topic: str, partitions: tuple[int, ...
 
 def test_retried_batch_is_deduplicated(cc: ClusterClient, topic: str, pid: int) -> None:
     leader = cc.leader_for(topic, 0)
-    first = wire_ops.produce(leader, topic, 0, batch(pid, 0, 3))
+    first = wire.produce(leader, topic, 0, batch(pid, 0, 3))
     assert (first.error_code, first.base_offset) == (ErrorCode.none, 0)
-    again = wire_ops.produce(leader, topic, 0, batch(pid, 0, 3))  # the retry of a lost response
+    again = wire.produce(leader, topic, 0, batch(pid, 0, 3))  # the retry of a lost response
     assert (again.error_code, again.base_offset) == (ErrorCode.none, 0)
     # Kafka answers a duplicate with the cached (max) timestamp of the original batch.
     assert again.log_append_time == datetime.datetime.fromtimestamp(TS / 1000, datetime.timezone.utc)
     assert log_end(cc, leader, topic) == 3
-    nxt = wire_ops.produce(leader, topic, 0, batch(pid, 3, 2))
+    nxt = wire.produce(leader, topic, 0, batch(pid, 3, 2))
     assert (nxt.error_code, nxt.base_offset) == (ErrorCode.none, 3)
     values = fetched_values(cc, leader, topic)
     assert values == [f"{pid}-0-{i}".encode() for i in range(5)]  # one copy each, in order
@@ -103,43 +103,43 @@ def test_retried_batch_is_deduplicated(cc: ClusterClient, topic: str, pid: int) 
 def test_only_the_last_five_batches_are_recognised(cc: ClusterClient, topic: str, pid: int) -> None:
     leader = cc.leader_for(topic, 0)
     for seq in range(6):
-        assert wire_ops.produce(leader, topic, 0, batch(pid, seq)).base_offset == seq
-    assert wire_ops.produce(leader, topic, 0, batch(pid, 1)).base_offset == 1  # 5th newest: duplicate
-    old = wire_ops.produce(leader, topic, 0, batch(pid, 0))  # 6th newest: out of the window
+        assert wire.produce(leader, topic, 0, batch(pid, seq)).base_offset == seq
+    assert wire.produce(leader, topic, 0, batch(pid, 1)).base_offset == 1  # 5th newest: duplicate
+    old = wire.produce(leader, topic, 0, batch(pid, 0))  # 6th newest: out of the window
     assert old.error_code == ErrorCode.out_of_order_sequence_number
     assert log_end(cc, leader, topic) == 6
 
 
 def test_sequence_gap_is_out_of_order(cc: ClusterClient, topic: str, pid: int) -> None:
     leader = cc.leader_for(topic, 0)
-    assert wire_ops.produce(leader, topic, 0, batch(pid, 0, 5)).error_code == ErrorCode.none
-    gap = wire_ops.produce(leader, topic, 0, batch(pid, 7))
+    assert wire.produce(leader, topic, 0, batch(pid, 0, 5)).error_code == ErrorCode.none
+    gap = wire.produce(leader, topic, 0, batch(pid, 7))
     assert gap.error_code == ErrorCode.out_of_order_sequence_number == 45
     assert gap.base_offset == -1 and log_end(cc, leader, topic) == 5
-    assert wire_ops.produce(leader, topic, 0, batch(pid, 5)).base_offset == 5
+    assert wire.produce(leader, topic, 0, batch(pid, 5)).base_offset == 5
 
 
 def test_stale_epoch_is_rejected(cc: ClusterClient, topic: str, pid: int) -> None:
     leader = cc.leader_for(topic, 0)
-    assert wire_ops.produce(leader, topic, 0, batch(pid, 0, epoch=0)).error_code == ErrorCode.none
-    assert wire_ops.produce(leader, topic, 0, batch(pid, 0, epoch=1)).error_code == ErrorCode.none
-    stale = wire_ops.produce(leader, topic, 0, batch(pid, 1, epoch=0))
+    assert wire.produce(leader, topic, 0, batch(pid, 0, epoch=0)).error_code == ErrorCode.none
+    assert wire.produce(leader, topic, 0, batch(pid, 0, epoch=1)).error_code == ErrorCode.none
+    stale = wire.produce(leader, topic, 0, batch(pid, 1, epoch=0))
     assert stale.error_code == ErrorCode.invalid_producer_epoch == 47
     assert log_end(cc, leader, topic) == 2
 
 
 def test_new_epoch_must_start_at_zero(cc: ClusterClient, topic: str, pid: int) -> None:
     leader = cc.leader_for(topic, 0)
-    assert wire_ops.produce(leader, topic, 0, batch(pid, 0, 2, epoch=0)).error_code == ErrorCode.none
-    bumped = wire_ops.produce(leader, topic, 0, batch(pid, 2, epoch=1))
+    assert wire.produce(leader, topic, 0, batch(pid, 0, 2, epoch=0)).error_code == ErrorCode.none
+    bumped = wire.produce(leader, topic, 0, batch(pid, 2, epoch=1))
     assert bumped.error_code == ErrorCode.out_of_order_sequence_number == 45
-    assert wire_ops.produce(leader, topic, 0, batch(pid, 0, epoch=1)).base_offset == 2
+    assert wire.produce(leader, topic, 0, batch(pid, 0, epoch=1)).base_offset == 2
 
 
 def test_describe_producers_lists_the_producer(cc: ClusterClient, topic: str, pid: int) -> None:
     leader = cc.leader_for(topic, 0)
-    wire_ops.produce(leader, topic, 0, batch(pid, 0, 3, epoch=2, ts=TS + 5))
-    wire_ops.produce(leader, topic, 0, batch(pid + 500, 0, 1, ts=TS + 6))
+    wire.produce(leader, topic, 0, batch(pid, 0, 3, epoch=2, ts=TS + 5))
+    wire.produce(leader, topic, 0, batch(pid + 500, 0, 1, ts=TS + 6))
     (part,) = describe_producers(leader, topic)
     assert part.error_code == ErrorCode.none and part.partition_index == 0
     got = {int(p.producer_id): p for p in part.active_producers}
@@ -163,7 +163,7 @@ def test_describe_producers_lists_the_producer(cc: ClusterClient, topic: str, pi
 def test_non_idempotent_batches_are_appended_twice(cc: ClusterClient, topic: str) -> None:
     leader = cc.leader_for(topic, 0)
     plain = r.build_batch([NewRecord(value=b"x", timestamp=TS)])
-    assert wire_ops.produce(leader, topic, 0, plain).base_offset == 0
-    assert wire_ops.produce(leader, topic, 0, plain).base_offset == 1
+    assert wire.produce(leader, topic, 0, plain).base_offset == 0
+    assert wire.produce(leader, topic, 0, plain).base_offset == 1
     (part,) = describe_producers(leader, topic)
     assert part.active_producers == ()

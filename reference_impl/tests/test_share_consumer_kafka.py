@@ -16,8 +16,8 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-from conformance import wire_ops
-from fixtures.targets import create_target
+from clients import wire
+from targets.factory import create_target
 from reference_impl.client.raw_client import ClusterClient
 from reference_impl.client.share_consumer import (
     AcknowledgeType,
@@ -53,7 +53,7 @@ def uid(prefix: str) -> str:
 
 
 def set_group_configs(cc: ClusterClient, group: str, configs: dict[str, str]) -> None:
-    r = wire_ops.Req(cc.bootstrap, INCREMENTAL_ALTER_CONFIGS, 1)
+    r = wire.Req(cc.bootstrap, INCREMENTAL_ALTER_CONFIGS, 1)
     resp = r.send(
         resources=(
             r.part(
@@ -73,7 +73,7 @@ def set_group_configs(cc: ClusterClient, group: str, configs: dict[str, str]) ->
 def topic(admin):
     def make(partitions: int = 1) -> str:
         name = uid("share")
-        assert wire_ops.create_topic(admin, name, partitions=partitions, replication=1) == 0
+        assert wire.create_topic(admin, name, partitions=partitions, replication=1) == 0
         return name
 
     return make
@@ -293,7 +293,7 @@ def describe_members(kafka, group: str) -> list[str]:
     """Member ids of a share group (ShareGroupDescribe v1 at the coordinator)."""
     with ClusterClient(kafka.bootstrap_servers) as cc:
         coord = cc.coordinator_for(group, 0, wait_s=10)
-        r = wire_ops.Req(coord, 77, 1)
+        r = wire.Req(coord, 77, 1)
         resp = r.send(group_ids=(group,), include_authorized_operations=False)
         return [m.member_id for m in resp.groups[0].members]
 

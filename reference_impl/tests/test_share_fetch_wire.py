@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from conformance import share_ops
-from conformance.share_ops import ack_codes, acquired, nested, new_member_id, partition_data
+from clients import share
+from clients.share import ack_codes, acquired, nested, new_member_id, partition_data
 from reference_impl.client.raw_client import ClusterClient, RawClient
 from reference_impl.handlers.share_fetch import share_manager
 from reference_impl.protocol import records as r
@@ -59,7 +59,7 @@ def create_topic(client: ClusterClient, name: str, partitions: int = 1) -> uuid.
         time.sleep(0.1)
 
 
-produce = share_ops.produce_values
+produce = share.produce_values
 
 
 def leader_node(client: ClusterClient, topic: str, partition: int = 0) -> RawClient:
@@ -70,7 +70,7 @@ def set_group_configs(client: ClusterClient, group: str, configs: dict[str, str]
     """Group configs over the wire; with `state`, straight into the reference model, for
     values below the broker's minimum (a 300 ms lock) that the wire rightly refuses."""
     if state is None:
-        share_ops.set_group_configs(client, group, configs)
+        share.set_group_configs(client, group, configs)
     else:
         share_manager(state).set_group_config(group, **{k.replace(".", "_"): v for k, v in configs.items()})
 
@@ -79,19 +79,19 @@ def join_share_group(client: ClusterClient, group: str, topics: list[str], wait_
     """A member id for `group`: joined when the cluster offers ShareGroupHeartbeat, else a new id."""
     if client.bootstrap.negotiate(76, 1) is None:
         return new_member_id()
-    return share_ops.join_share_group(client, group, topics, wait_s)[0]
+    return share.join_share_group(client, group, topics, wait_s)[0]
 
 
 def share_fetch(node: RawClient, group: str, member: str, epoch: int, parts=(), *, version: int = 2, **kw):
-    return share_ops.share_fetch(node, group, member, epoch, parts, version=version, **kw)
+    return share.share_fetch(node, group, member, epoch, parts, version=version, **kw)
 
 
 def share_ack(node: RawClient, group: str, member: str, epoch: int, acks, *, version: int = 2):
-    return share_ops.share_ack(node, group, member, epoch, acks, version=version)
+    return share.share_ack(node, group, member, epoch, acks, version=version)
 
 
 def fetch_until(node: RawClient, group: str, member: str, epoch: int, parts, want: int, wait_s: float = 10.0, **kw):
-    return share_ops.fetch_until(node, group, member, epoch, parts, want, wait_s, version=kw.pop("version", 2), **kw)
+    return share.fetch_until(node, group, member, epoch, parts, want, wait_s, version=kw.pop("version", 2), **kw)
 
 
 # -- fixtures -----------------------------------------------------------------------------------

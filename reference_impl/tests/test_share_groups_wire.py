@@ -66,9 +66,9 @@ _PARAMS = ["reference-1", "reference-3"] + (["kafka"] if KAFKA_SPEC else [])
 @pytest.fixture(scope="module", params=_PARAMS)
 def env(request):
     if request.param == "kafka":
-        from fixtures.kafka_native.versions import resolve_release
-        from fixtures.target import parse_target_spec
-        from fixtures.targets import create_target
+        from targets.kafka_native.versions import resolve_release
+        from targets.target import parse_target_spec
+        from targets.factory import create_target
 
         release = resolve_release(parse_target_spec(KAFKA_SPEC).version)
         version = tuple(int(x) for x in release.version.split(".")[:2])

@@ -19,8 +19,8 @@ import uuid
 
 import pytest
 
-from conformance import wire_ops
-from fixtures.targets import create_target
+from clients import wire
+from targets.factory import create_target
 from reference_impl.client.consumer import READ_COMMITTED, READ_UNCOMMITTED, Consumer
 from reference_impl.client.raw_client import ClusterClient
 from reference_impl.client.transactional_producer import (
@@ -60,7 +60,7 @@ def uid(prefix: str) -> str:
 @pytest.fixture()
 def topic(admin):
     name = uid("txn")
-    assert wire_ops.create_topic(admin, name, partitions=2, replication=1) == 0
+    assert wire.create_topic(admin, name, partitions=2, replication=1) == 0
     return name
 
 
@@ -132,7 +132,7 @@ def offset_fetch_stable(admin: ClusterClient, group: str, topic: str, timeout_s:
     gc = admin.coordinator_for(group, 0, wait_s=10)
     deadline = time.monotonic() + timeout_s
     while True:
-        got = wire_ops.offset_fetch(gc, group, topic, [0, 1], require_stable=True)
+        got = wire.offset_fetch(gc, group, topic, [0, 1], require_stable=True)
         if all(code != UNSTABLE_OFFSET_COMMIT for _, _, code in got.values()):
             assert all(code == 0 for _, _, code in got.values()), got
             return {p: off for p, (off, _, _) in got.items()}
@@ -350,13 +350,13 @@ def test_send_offsets_visible_only_after_commit(kafka, admin, topic, make_produc
     p.begin_transaction()
     p.send(topic, 0, "y")
     p.send_offsets_to_transaction({(topic, 0): 5, (topic, 1): (7, "meta")}, GroupMetadata(group))
-    pending = wire_ops.offset_fetch(gc, group, topic, [0, 1])
+    pending = wire.offset_fetch(gc, group, topic, [0, 1])
     assert {part: off for part, (off, _, _) in pending.items()} == {0: -1, 1: -1}
-    stable = wire_ops.offset_fetch(gc, group, topic, [0, 1], require_stable=True)
+    stable = wire.offset_fetch(gc, group, topic, [0, 1], require_stable=True)
     assert {code for _, _, code in stable.values()} == {UNSTABLE_OFFSET_COMMIT}
     p.commit_transaction()
     assert offset_fetch_stable(admin, group, topic) == {0: 5, 1: 7}
-    meta = wire_ops.offset_fetch(gc, group, topic, [1])[1][1]
+    meta = wire.offset_fetch(gc, group, topic, [1])[1][1]
     assert meta == "meta"
     reqs = [api for api, _, err in requests_of(p) if err is None]
     if kafka.expected_tv == 2:
@@ -421,7 +421,7 @@ def test_abortable_error_then_abort_recovers(kafka, admin, make_producer):
     InitProducerId(its id and epoch) after EndTxn; TV2: EndTxn v5 returns the bumped epoch."""
     bs = kafka.bootstrap_servers
     small = uid("small")
-    assert wire_ops.create_topic(admin, small, 1, 1, configs={"max.message.bytes": "1024"}) == 0
+    assert wire.create_topic(admin, small, 1, 1, configs={"max.message.bytes": "1024"}) == 0
     p = make_producer()
     p.init_transactions()
     pid, epoch = p.producer_id_and_epoch
@@ -467,9 +467,9 @@ def test_send_offsets_with_group_metadata(kafka, admin, topic, make_producer):
     generation (a zombie) is refused with ILLEGAL_GENERATION, an abortable error."""
     group = uid("cg")
     gc = admin.coordinator_for(group, 0, wait_s=10)
-    joined = wire_ops.join_group(gc, group, topic=topic)
+    joined = wire.join_group(gc, group, topic=topic)
     assert joined.error_code == ErrorCode.none, joined
-    synced = wire_ops.sync_group(gc, group, joined.generation_id, joined.member_id, {joined.member_id: b""})
+    synced = wire.sync_group(gc, group, joined.generation_id, joined.member_id, {joined.member_id: b""})
     assert synced.error_code == ErrorCode.none, synced
     meta = GroupMetadata(group, int(joined.generation_id), joined.member_id, None)
     p = make_producer()

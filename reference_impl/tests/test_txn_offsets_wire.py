@@ -16,7 +16,7 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode
 
-from conformance.wire_ops import Req, create_topic, join_group, offset_commit, offset_fetch, sync_group
+from clients.wire import Req, create_topic, join_group, offset_commit, offset_fetch, sync_group
 from reference_impl.client.raw_client import ClusterClient, RawClient
 from reference_impl.handlers.registry import HANDLERS
 from reference_impl.server.broker_server import ThreadedReferenceCluster

@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from conformance import wire_ops
+from clients import wire
 from reference_impl.client.raw_client import ClusterClient
 from reference_impl.client.share_consumer import AcknowledgeType, ShareConsumer
 from replay.proxy import ThreadedCaptureProxy
@@ -31,7 +31,7 @@ def uid(prefix: str) -> str:
 
 def set_share_reset_earliest(bootstrap: str, group: str) -> None:
     with ClusterClient(bootstrap) as cc:
-        r = wire_ops.Req(cc.bootstrap, INCREMENTAL_ALTER_CONFIGS, 1)
+        r = wire.Req(cc.bootstrap, INCREMENTAL_ALTER_CONFIGS, 1)
         resp = r.send(
             resources=(r.part("AlterConfigsResource", resource_type=GROUP_RESOURCE, resource_name=group,
                               configs=(r.part("AlterableConfig", name="share.auto.offset.reset",
@@ -136,7 +136,7 @@ def assert_covers_every_entity_kind(table) -> None:
 
 @pytest.fixture(scope="module")
 def kafka_trace(tmp_path_factory):
-    from fixtures.targets import create_target
+    from targets.factory import create_target
 
     target = create_target("kafka-native")
     target.start()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 
-from conformance.catalog import load_catalog
+from registers.catalog import load_catalog
 from replay import diff_fields as f
 from replay import diff_pure
 from replay.diff_input import inspect_trace

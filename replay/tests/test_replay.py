@@ -318,7 +318,7 @@ def test_cli_refuses_output_holding_a_trace(reference_replay, tmp_path, capsys) 
 
 @pytest.fixture(scope="module")
 def kafka_trace(tmp_path_factory):
-    from fixtures.targets import create_target
+    from targets.factory import create_target
 
     target = create_target("kafka-native")
     target.start()

@@ -392,7 +392,7 @@ def test_invalid_catalog_falls_back_with_a_problem(tmp_path, catalog_dir):
 def test_packaged_catalog_loads():
     # Validation is conformance/tests' business; here: the report can read what ships.
     docs = cert.load_catalog_docs(strict=False)
-    assert docs, "conformance/catalog/*.yaml should not be empty"
+    assert docs, "registers/catalog/*.yaml should not be empty"
     assert all(d["requirements"] for d in docs)
 
 
@@ -434,7 +434,7 @@ def mock_report(tmp_path, catalog_dir, register_file, deviations_file) -> dict:
 
 
 def test_deviation_of_reads_the_plugin_reasons():
-    from conformance.deviations import Deviation
+    from registers.deviations import Deviation
 
     dev = Deviation("DEV-004", MOCK, "test_corrupt_batch_rejected", "PROTO.BAD.001", "appends it", "seen")
     # exactly how conformance/plugin.py words the strict xfail and pytest the strict xpass

@@ -1,4 +1,4 @@
-"""The `kipcheck` command line (conformance/cli.py)."""
+"""The `kipcheck` command line (cli/main.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance import cli
+from cli import main
 from reference_impl.protocol.api_keys import ApiKey
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,7 +74,7 @@ def _results(d: Path, rows) -> Path:
 
 def run_cli(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "conformance.cli", *args], capture_output=True, text=True, timeout=timeout, **kw
+        [sys.executable, "-m", "cli.main", *args], capture_output=True, text=True, timeout=timeout, **kw
     )
 
 
@@ -83,12 +83,12 @@ def run_cli(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProce
 
 
 def test_help_lists_every_command(capsys):
-    assert cli.main(["--help"]) == 0
+    assert main.main(["--help"]) == 0
     out = capsys.readouterr().out
     for command in ("certify", "report", "catalog", "broker", "target"):
         assert command in out
     for command in (["certify"], ["report"], ["catalog"], ["broker"], ["target"], ["target", "up"]):
-        assert cli.main([*command, "--help"]) == 0
+        assert main.main([*command, "--help"]) == 0
     out = capsys.readouterr().out
     assert "--suite" in out and "--kipcheck" not in out
 
@@ -100,7 +100,7 @@ def test_help_as_a_subprocess():
 
 
 def test_no_command_is_a_usage_error(capsys):
-    assert cli.main([]) == 2
+    assert main.main([]) == 2
     assert "error" in capsys.readouterr().err
 
 
@@ -113,19 +113,19 @@ def test_bad_target_spec_exits_2_with_message():
 
 
 def test_bad_nodes_in_spec(capsys, tmp_path):
-    assert cli.main(["certify", "-t", "reference:nodes=zero", "--out", str(tmp_path)]) == 2
+    assert main.main(["certify", "-t", "reference:nodes=zero", "--out", str(tmp_path)]) == 2
     assert "nodes must be a positive integer" in capsys.readouterr().err
     assert not (tmp_path / "results").exists()  # nothing started
 
 
 def test_certify_rejects_stray_arguments(capsys, tmp_path):
-    assert cli.main(["certify", "stray", "--out", str(tmp_path)]) == 2
+    assert main.main(["certify", "stray", "--out", str(tmp_path)]) == 2
     assert "after `--`" in capsys.readouterr().err
-    assert cli.main(["certify", "-n", "many", "--out", str(tmp_path)]) == 2
+    assert main.main(["certify", "-n", "many", "--out", str(tmp_path)]) == 2
 
 
 def test_target_up_reference_until_sigterm():
-    proc = subprocess.Popen([sys.executable, "-m", "conformance.cli", "target", "up", "reference"],
+    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "target", "up", "reference"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline().strip()
@@ -139,12 +139,12 @@ def test_target_up_reference_until_sigterm():
 
 
 def test_target_up_bad_spec(capsys):
-    assert cli.main(["target", "up", "nope"]) == 2
+    assert main.main(["target", "up", "nope"]) == 2
     assert "unknown target kind" in capsys.readouterr().err
 
 
 def test_pytest_command_shape(tmp_path):
-    cmd = cli.pytest_command(["reference", "kafka-native:4.1.0"], tmp_path / "r", tmp_path / "a", ["kip98", "proto"], "2", ["-x"])
+    cmd = main.pytest_command(["reference", "kafka-native:4.1.0"], tmp_path / "r", tmp_path / "a", ["kip98", "proto"], "2", ["-x"])
     assert cmd[:5] == [sys.executable, "-m", "pytest", "--pyargs", "conformance.suites"]
     assert "no:cacheprovider" in cmd
     joined = " ".join(cmd)
@@ -153,7 +153,7 @@ def test_pytest_command_shape(tmp_path):
     assert f"--alluredir {tmp_path / 'a'}" in joined
     assert cmd[cmd.index("-n") + 1] == "2"
     assert cmd[cmd.index("--maxschedchunk") + 1] == "1"  # spread_slow order: workers follow it closely
-    assert "--maxschedchunk" not in cli.pytest_command(["reference"], tmp_path / "r", None, None, "0")
+    assert "--maxschedchunk" not in main.pytest_command(["reference"], tmp_path / "r", None, None, "0")
     assert cmd[cmd.index("-k") + 1] == "(kip98) or (proto)"
     assert cmd[-1] == "-x"
 
@@ -167,7 +167,7 @@ def test_report_rebuilds_from_results(tmp_path, catalog_dir, capsys):
         _row("s/t.py::test_dedup", "reference", ["KIP-98.IDEMP.001"], "pass"),
         _row("s/t.py::test_abort", "reference", ["KIP-98.TXN.001"], "fail", "saw an aborted record"),
     ])
-    rc = cli.main(["report", str(results), "--catalog", str(catalog_dir), "--divergences", str(tmp_path / "none.yaml")])
+    rc = main.main(["report", str(results), "--catalog", str(catalog_dir), "--divergences", str(tmp_path / "none.yaml")])
     assert rc == 1
     out_dir = tmp_path / "run"  # default: the parent of a dir named results
     report = json.loads((out_dir / "report.json").read_text())
@@ -182,7 +182,7 @@ def test_report_rebuilds_from_results(tmp_path, catalog_dir, capsys):
 def test_report_all_pass_exits_0_and_out_option(tmp_path, catalog_dir):
     results = _results(tmp_path / "res", [_row("s/t.py::test_dedup", "reference", ["KIP-98.IDEMP.001"], "pass")])
     out = tmp_path / "elsewhere"
-    rc = cli.main(["report", str(results), "--out", str(out), "--catalog", str(catalog_dir), "--format", "json"])
+    rc = main.main(["report", str(results), "--out", str(out), "--catalog", str(catalog_dir), "--format", "json"])
     assert rc == 0
     assert (out / "report.json").is_file() and not (out / "report.html").exists()
     report = json.loads((out / "report.json").read_text())
@@ -198,10 +198,10 @@ def test_report_as_a_subprocess(tmp_path, catalog_dir):
 
 
 def test_report_missing_or_empty_results(tmp_path, catalog_dir, capsys):
-    assert cli.main(["report", str(tmp_path / "missing")]) == 2
+    assert main.main(["report", str(tmp_path / "missing")]) == 2
     assert "does not exist" in capsys.readouterr().err
     (tmp_path / "empty").mkdir()
-    assert cli.main(["report", str(tmp_path / "empty"), "--catalog", str(catalog_dir)]) == 2
+    assert main.main(["report", str(tmp_path / "empty"), "--catalog", str(catalog_dir)]) == 2
     assert "no result rows" in capsys.readouterr().err
 
 
@@ -210,30 +210,30 @@ def test_report_missing_or_empty_results(tmp_path, catalog_dir, capsys):
 
 
 def test_catalog_lists_requirements(catalog_dir, capsys):
-    assert cli.main(["catalog", "--catalog", str(catalog_dir), "--no-collect"]) == 0
+    assert main.main(["catalog", "--catalog", str(catalog_dir), "--no-collect"]) == 0
     out = capsys.readouterr().out
     assert "KIP-98.IDEMP.001" in out and "KIP-98.TXN.002" in out and "MUST" in out
 
 
 def test_catalog_unknown_kip(catalog_dir, capsys):
-    assert cli.main(["catalog", "--catalog", str(catalog_dir), "--kip", "932", "--no-collect"]) == 2
+    assert main.main(["catalog", "--catalog", str(catalog_dir), "--kip", "932", "--no-collect"]) == 2
     assert "unknown KIP KIP-932" in capsys.readouterr().err
 
 
 def test_catalog_with_results_and_untested(tmp_path, catalog_dir, capsys):
     results = _results(tmp_path / "res", [_row("s/t.py::test_dedup", "reference", ["KIP-98.IDEMP.001"], "pass")])
-    assert cli.main(["catalog", "--catalog", str(catalog_dir), "--kip", "KIP-98", "--results", str(results), "--json"]) == 0
+    assert main.main(["catalog", "--catalog", str(catalog_dir), "--kip", "KIP-98", "--results", str(results), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     by_id = {r["id"]: r for r in data["requirements"]}
     assert by_id["KIP-98.IDEMP.001"]["verdicts"] == {"reference": "pass"}
     assert by_id["KIP-98.TXN.001"]["verdicts"] == {"reference": "untested"}
-    assert cli.main(["catalog", "--catalog", str(catalog_dir), "--results", str(results), "--untested"]) == 0
+    assert main.main(["catalog", "--catalog", str(catalog_dir), "--results", str(results), "--untested"]) == 0
     out = capsys.readouterr().out
     assert "KIP-98.TXN.001" in out and "KIP-98.IDEMP.001" not in out
 
 
 def test_catalog_untested_needs_coverage(catalog_dir, capsys):
-    assert cli.main(["catalog", "--catalog", str(catalog_dir), "--untested", "--no-collect"]) == 2
+    assert main.main(["catalog", "--catalog", str(catalog_dir), "--untested", "--no-collect"]) == 2
     assert "--untested needs" in capsys.readouterr().err
 
 
@@ -292,9 +292,9 @@ def fake_suites(tmp_path, monkeypatch):
     (tmp_path / "kc_fake_plugin.py").write_text(textwrap.dedent(FAKE_PLUGIN))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(REPO), os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.setattr(cli, "SUITES_PACKAGE", "kc_fake_suites")
-    monkeypatch.setattr(cli, "PLUGIN_MODULE", "kc_fake_plugin")
-    monkeypatch.setattr(cli, "_plugin_registered", lambda: False)
+    monkeypatch.setattr(main, "SUITES_PACKAGE", "kc_fake_suites")
+    monkeypatch.setattr(main, "PLUGIN_MODULE", "kc_fake_plugin")
+    monkeypatch.setattr(main, "_plugin_registered", lambda: False)
     # Keep the real conformance plugin (entry point `kipcheck`) out of the stand-in run.
     return ["--", "-p", "no:kipcheck"]
 
@@ -304,7 +304,7 @@ def test_certify_orchestration(fake_suites, tmp_path, capsys, workers):
     out = tmp_path / "report"
     (out / "results").mkdir(parents=True)
     (out / "results" / "stale.jsonl").write_text(json.dumps(_row("old::t", "reference", [], "fail")) + "\n")
-    rc = cli.main(["certify", "--out", str(out), "-n", workers, "-q", *fake_suites])
+    rc = main.main(["certify", "--out", str(out), "-n", workers, "-q", *fake_suites])
     text = capsys.readouterr()
     assert rc == 0, text.out + text.err + (out / "pytest.log").read_text()
     report = json.loads((out / "report.json").read_text())
@@ -320,15 +320,15 @@ def test_certify_orchestration(fake_suites, tmp_path, capsys, workers):
 def test_certify_failure_exits_1_and_suite_filter(fake_suites, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("KC_FAKE_FAIL", "1")
     out = tmp_path / "r1"
-    assert cli.main(["certify", "--out", str(out), "-n", "0", "-q", "--no-allure", *fake_suites]) == 1
+    assert main.main(["certify", "--out", str(out), "-n", "0", "-q", "--no-allure", *fake_suites]) == 1
     assert not (out / "allure-results").exists()
     # --suite narrows to the passing test
     out2 = tmp_path / "r2"
-    assert cli.main(["certify", "--out", str(out2), "-n", "0", "-q", "--suite", "apiversions", *fake_suites]) == 0
+    assert main.main(["certify", "--out", str(out2), "-n", "0", "-q", "--suite", "apiversions", *fake_suites]) == 0
     report = json.loads((out2 / "report.json").read_text())
     assert report["summary"]["tests_total"] == 1
     # nothing selected -> infrastructure error
-    assert cli.main(["certify", "--out", str(tmp_path / "r3"), "-n", "0", "-q", "--suite", "nomatch", *fake_suites]) == 2
+    assert main.main(["certify", "--out", str(tmp_path / "r3"), "-n", "0", "-q", "--suite", "nomatch", *fake_suites]) == 2
     assert "no conformance test was selected" in capsys.readouterr().err
 
 
@@ -363,7 +363,7 @@ def test_certify_reference_end_to_end(tmp_path):
 
 def _start_broker(*args: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "conformance.cli", "broker", *args],
+        [sys.executable, "-m", "cli.main", "broker", *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
 
@@ -375,7 +375,7 @@ def test_broker_prints_bootstrap_and_stops_on_sigterm():
         assert line.startswith("bootstrap="), line + proc.stderr.read() if proc.poll() is not None else line
         bootstrap = line.split("=", 1)[1]
         assert len(bootstrap.split(",")) == 2
-        from fixtures.target import probe_capabilities
+        from targets.target import probe_capabilities
 
         caps = probe_capabilities(bootstrap.split(",")[0], timeout=10)
         assert caps.supports_api(ApiKey.API_VERSIONS)
@@ -404,6 +404,6 @@ def test_broker_port_in_use_exits_2():
 
 
 def test_broker_bad_arguments(capsys):
-    assert cli.main(["broker", "--brokers", "0"]) == 2
+    assert main.main(["broker", "--brokers", "0"]) == 2
     assert "at least 1" in capsys.readouterr().err
-    assert cli.main(["broker", "--port", "70000"]) == 2
+    assert main.main(["broker", "--port", "70000"]) == 2

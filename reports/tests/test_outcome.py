@@ -224,10 +224,10 @@ def test_exit_codes_table():
     (syn.passing, 0, "PASS"), (syn.interrupted, 2, "INCOMPLETE:"), (syn.unreachable, 2, "NOT RUN:"),
 ])
 def test_kipcheck_report_exit_code_and_banner(tmp_path, catalog, capsys, make, code, first):
-    from conformance import cli
+    from cli import main
 
     results = make(tmp_path / "out")
-    rc = cli.main(["report", str(results), "--catalog", str(catalog), "--divergences", str(tmp_path / "none.yaml")])
+    rc = main.main(["report", str(results), "--catalog", str(catalog), "--divergences", str(tmp_path / "none.yaml")])
     assert rc == code
     assert capsys.readouterr().out.splitlines()[0].startswith(first)
     html = (tmp_path / "out" / "report.html").read_text()

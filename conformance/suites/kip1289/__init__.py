@@ -8,7 +8,7 @@ reference, which supports share.version 2 but finalizes 1 by default, the fixtur
 share.version to 2 with UpdateFeatures for the test and lowers it again afterwards; it never
 changes the features of any other target.
 
-Wire helpers in the style of conformance.wire_ops: one request, the answer as decoded.
+Wire helpers in the style of clients.wire: one request, the answer as decoded.
 Transactions use TV2 (EndTxn v5 bumps the epoch), which KIP-1289 requires.
 """
 
@@ -21,9 +21,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as E
 
-from conformance.share_ops import heartbeat, nested
-from conformance.wire_ops import ms
-from fixtures.target import NotSupportedByTarget
+from clients.share import heartbeat, nested
+from clients.wire import ms
+from targets.target import NotSupportedByTarget
 from reference_impl.client.raw_client import ClusterClient, RawClient
 from reference_impl.protocol import framing, payloads
 from reference_impl.protocol.api_keys import ApiKey

@@ -8,9 +8,9 @@ from typing import Any, Iterator
 import pytest
 from kio.schema.errors import ErrorCode as E
 
-from conformance import wire_ops
+from clients import wire
 from conformance.capability_gate import require_capability
-from conformance.share_ops import SharePartitionUnderTest, require_share_groups, set_group_configs_if_known
+from clients.share import SharePartitionUnderTest, require_share_groups, set_group_configs_if_known
 from conformance.suites.kip1289 import (
     UNSAFE_DOWNGRADE, Txn, finalized_level, missing_capability, update_features, wait_for,
 )
@@ -29,7 +29,7 @@ class Kip:
         if replication is None:
             return sp.open(configs)
         require_share_groups(self.target)  # a replicated topic, for leadership moves
-        assert wire_ops.create_topic(self.cc, sp.topic, partitions, replication) == E.none
+        assert wire.create_topic(self.cc, sp.topic, partitions, replication) == E.none
         if configs:
             set_group_configs_if_known(self.cc, sp.group, configs)
         sp.tid = sp.wait_topic_id()
@@ -45,7 +45,7 @@ class Kip:
     def abort_open_transactions(self) -> None:
         """Teardown: a test's transactions left open would hold TX_PENDING records (and block
         share.version downgrades) for the rest of the session; abort them, best effort."""
-        with wire_ops.cluster_client(self.target) as cc:
+        with wire.cluster_client(self.target) as cc:
             for txn in self.txns:
                 txn.cc = cc
                 try:
@@ -77,7 +77,7 @@ def require_kip1289(target: Any, cc: ClusterClient) -> int | None:
 @pytest.fixture
 def kip(target, unique) -> Iterator[Kip]:
     """NotSupportedByTarget unless the target has KIP-1289 (after enabling it on the reference)."""
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         restore = require_kip1289(target, cc)
         kip = Kip(target, cc, unique)
         try:
@@ -85,5 +85,5 @@ def kip(target, unique) -> Iterator[Kip]:
         finally:
             kip.abort_open_transactions()
             if restore is not None:  # a fresh client: the test may have restarted nodes
-                with wire_ops.cluster_client(target) as fresh:
+                with wire.cluster_client(target) as fresh:
                     update_features(fresh.bootstrap, {"share.version": restore}, UNSAFE_DOWNGRADE)

@@ -10,7 +10,7 @@ import time
 import pytest
 from kio.schema.errors import ErrorCode as E
 
-from conformance import client_ops
+from clients import confluent
 from conformance.suites.kip1289 import SAFE_DOWNGRADE, UPGRADE, update_features, wait_for
 from conformance.suites.kip98.test_fencing import committed_values
 from reference_impl.client.share_consumer import ShareConsumer
@@ -29,7 +29,7 @@ class Loop:
         self.kip = kip
         self.sp = kip.share_partition(1, LOCK)
         self.out = kip.unique.topic()
-        client_ops.create_topic(kip.target, self.out)
+        confluent.create_topic(kip.target, self.out)
         self.sp.produce([b"in%d" % i for i in range(n)])
         self.n = n
         bootstrap = kip.target.bootstrap_servers

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 from kio.schema.errors import ErrorCode as E
 
-from conformance import wire_ops
-from conformance.share_ops import ACCEPT, SharePartitionUnderTest, ack_codes
+from clients import wire
+from clients.share import ACCEPT, SharePartitionUnderTest, ack_codes
 from conformance.suites.kip1289 import Txn, scenario, stage, staged_ok, txn_pending_count, wait_for
-from fixtures.target import NotSupportedByTarget
+from targets.target import NotSupportedByTarget
 
 
 # The share state of records only acquired is not persisted: with the default `latest` reset
@@ -28,7 +28,7 @@ def leader_id(cc, topic: str, partition: int = 0) -> int:
 def commit_and_redeliver(kip, sp, txn, base: int, n: int):
     """With a fresh client: commit the transaction, then a new member is delivered base..
     base+n-1 again and can ACCEPT them (the commit acknowledged nothing)."""
-    with wire_ops.cluster_client(kip.target) as cc:
+    with wire.cluster_client(kip.target) as cc:
         txn.cc = cc
         assert txn.end(committed=True).error_code == E.none
         wait_for(lambda: txn.describe().transaction_state == "CompleteCommit", "the commit to complete", 30)
@@ -60,7 +60,7 @@ def test_leadership_move_loses_pending_staging_and_redelivers(kip):
     old = leader_id(kip.cc, sp.topic)
     kip.target.kill_node(old)
     try:
-        with wire_ops.cluster_client(kip.target) as cc:
+        with wire.cluster_client(kip.target) as cc:
             wait_for(lambda: leader_id(cc, sp.topic) not in (old, -1), "a new leader", 30)
         assert txn_pending_count(kip.target) in (None, 0)
         commit_and_redeliver(kip, sp, txn, base, 5)

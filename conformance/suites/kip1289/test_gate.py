@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode as E
 
-from conformance import wire_ops
-from conformance.share_ops import ACCEPT, ack_codes
+from clients import wire
+from clients.share import ACCEPT, ack_codes
 from conformance.suites.kip1289 import (
     SAFE_DOWNGRADE, TXN_SHARE_ACK, UPGRADE, missing_capability, scenario, stage, staged_ok, update_features,
     wait_for,
 )
 from conformance.suites.kip1289.conftest import enable_on_reference, require_kip1289
-from fixtures.target import NotSupportedByTarget
+from targets.target import NotSupportedByTarget
 
 SUITE_DIR = Path(__file__).parent
 UNCHANGED = (24, 27, 28)  # AddPartitionsToTxn, WriteTxnMarkers, TxnOffsetCommit
@@ -101,7 +101,7 @@ def test_without_kip1289_every_suite_test_is_not_supported(target, request):
     assert others, "no KIP-1289 tests collected next to this one"
     ungated = [i.nodeid for i in others if "kip" not in i.fixturenames]
     assert not ungated, f"tests that bypass the KIP-1289 gate: {ungated}"
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         reason = missing_capability(cc.bootstrap)
         if reason is None and target.kind == "reference":
             lowered = update_features(cc.bootstrap, {"share.version": 1}, SAFE_DOWNGRADE)

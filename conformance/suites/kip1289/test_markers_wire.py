@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from kio.schema.errors import ErrorCode as E
 
-from conformance.share_ops import ACCEPT, ack_codes
+from clients.share import ACCEPT, ack_codes
 from conformance.suites.kip1289 import Txn, inject_marker, scenario, stage, staged_ok, txn_pending_count, wait_for
 
 SHORT_LOCK = {"share.record.lock.duration.ms": "1000"}

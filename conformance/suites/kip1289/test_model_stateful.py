@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
 from kio.schema.errors import ErrorCode as E
 
-from conformance.share_ops import ACCEPT, REJECT, ack_codes, delivery_counts
+from clients.share import ACCEPT, REJECT, ack_codes, delivery_counts
 from conformance.suites.kip1289 import member_epoch, partition_codes, stage, wait_for
 
 MAX_OFFSETS = 12

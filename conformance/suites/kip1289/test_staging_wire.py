@@ -14,7 +14,7 @@ import time
 import pytest
 from kio.schema.errors import ErrorCode as E
 
-from conformance.share_ops import ACCEPT, ack_codes, delivery_counts
+from clients.share import ACCEPT, ack_codes, delivery_counts
 from conformance.suites.kip1289 import (
     GAP, REJECT, RELEASE, RENEW, SHARE_STATE_TOPIC, member_epoch, partition_codes, scenario, stage, staged_ok,
     txn_pending_count, wait_for,

@@ -14,9 +14,9 @@ import datetime
 import time
 from typing import Any
 
-from fixtures.target import NotSupportedByTarget
+from targets.target import NotSupportedByTarget
 
-from conformance import wire_ops
+from clients import wire
 from reference_impl.client.raw_client import ClusterClient, RawClient
 from reference_impl.protocol.api_keys import ApiKey
 from kio.schema.errors import ErrorCode
@@ -56,7 +56,7 @@ class RawTxn:
         deadline = time.monotonic() + deadline_s
         while True:
             coord = self._txn_coordinator()
-            req = wire_ops.Req(coord, api_key, highest, lowest=lowest)
+            req = wire.Req(coord, api_key, highest, lowest=lowest)
             resp = req.send(**fields)
             code = int(resp.error_code)
             self.answers.append({"api": name, "version": req.version, "error_code": code})
@@ -88,7 +88,7 @@ class RawTxn:
         """One TxnOffsetCommit (v`lowest`..v4) to the group coordinator, not retried:
         (version, {partition: error_code})."""
         coord = self.cc.coordinator_for(group, wait_s=30)
-        req = wire_ops.Req(coord, TXN_OFFSET_COMMIT, 4, lowest=lowest)
+        req = wire.Req(coord, TXN_OFFSET_COMMIT, 4, lowest=lowest)
         resp = req.send(
             transactional_id=self.tid, group_id=group, producer_id=self.producer_id,
             producer_epoch=self.producer_epoch, generation_id=generation, member_id=member_id,
@@ -121,7 +121,7 @@ def offset_fetch(client: RawClient, group: str, topic: str, partitions: list[int
     """OffsetFetch at the highest version in [lowest, highest] the broker takes:
     (version, {partition: (committed_offset, error_code)}); a group-level error is reported
     on every partition."""
-    r = wire_ops.Req(client, OFFSET_FETCH, highest, lowest=lowest)
+    r = wire.Req(client, OFFSET_FETCH, highest, lowest=lowest)
     if r.version >= 8:
         resp = r.send(
             groups=(r.part("OffsetFetchRequestGroup", group_id=group,
@@ -147,13 +147,13 @@ def join(client: RawClient, group: str, topic: str, *, member_id: str = "", inst
          session_ms: int = 10_000, rebalance_ms: int = 10_000, timeout_s: float | None = None) -> Any:
     """JoinGroup (v4..v5, the versions every target answers) with the consumer protocol,
     following MEMBER_ID_REQUIRED once."""
-    r = wire_ops.Req(client, JOIN_GROUP, 5, lowest=4)
-    subscription = wire_ops._consumer_subscription(topic)
+    r = wire.Req(client, JOIN_GROUP, 5, lowest=4)
+    subscription = wire._consumer_subscription(topic)
     resp = None
     deadline = time.monotonic() + 30
     while True:
         resp = client.send(
-            wire_ops.payloads.build(
+            wire.payloads.build(
                 r.cls, group_id=group, session_timeout=ms(session_ms), rebalance_timeout=ms(rebalance_ms),
                 member_id=member_id, group_instance_id=instance_id, protocol_type="consumer",
                 protocols=(r.part("JoinGroupRequestProtocol", name="range", metadata=subscription),), reason=None,
@@ -187,7 +187,7 @@ def commit(client: RawClient, group: str, topic: str, partition: int, offset: in
     """Standalone OffsetCommit (generation -1), retrying COORDINATOR_LOAD_IN_PROGRESS."""
     deadline = time.monotonic() + timeout_s
     while True:
-        code = wire_ops.offset_commit(client, group, topic, partition, offset)
+        code = wire.offset_commit(client, group, topic, partition, offset)
         if code != COORDINATOR_LOAD_IN_PROGRESS or time.monotonic() > deadline:
             return code
         time.sleep(0.1)
@@ -197,7 +197,7 @@ def sync(client: RawClient, group: str, generation: int, member_id: str, *, inst
          assignments: dict[str, bytes] | None = None) -> Any:
     # v3 (the first with the group instance id, not yet flexible): librdkafka's mock closes
     # the connection on SyncGroup v4, as on JoinGroup v6 (DEV-005).
-    r = wire_ops.Req(client, SYNC_GROUP, 3, lowest=3)
+    r = wire.Req(client, SYNC_GROUP, 3, lowest=3)
     return r.send(
         group_id=group, generation_id=generation, member_id=member_id, group_instance_id=instance_id,
         protocol_type="consumer", protocol_name="range",

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import pytest
 
-from conformance import client_ops, target_limits, wire_ops
+from conformance import target_limits
+from clients import confluent, wire
 from conformance.suites.kip98 import idem_batch, require_transactions
 from conformance.suites.kip98.test_fencing import add_partitions_ok, init_ok, produce_txn_ok
 from conformance.suites.kip98.test_timeouts import wait_for_abort_marker
@@ -35,8 +36,8 @@ def test_timed_out_transactions_are_aborted_within_the_scan_interval(target, uni
     bound_s = TXN_TIMEOUT_MS / 1000 + int(entry.value) / 1000 + SLACK_S
     target_limits.require_wait(bound_s, "the abort of a timed-out transaction", SETTING)
     topic, tid = unique.topic(), unique.transactional_id()
-    client_ops.create_topic(target, topic)
-    with wire_ops.cluster_client(target) as cc:
+    confluent.create_topic(target, topic)
+    with wire.cluster_client(target) as cc:
         coord, init, _ = init_ok(cc, tid, timeout_ms=TXN_TIMEOUT_MS)
         pid, epoch = int(init.producer_id), int(init.producer_epoch)
         add_partitions_ok(coord, tid, pid, epoch, topic, [0])

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conformance import client_ops, wire_ops
+from clients import confluent, wire
 from conformance.suites.kip98.test_fencing import FENCING, add_partitions, init_ok
 from conformance.suites.kip447 import (
     ILLEGAL_GENERATION,
@@ -31,8 +31,8 @@ def parity_scenario(target, ids) -> dict[str, Any]:
     """Member M joins (g1) and rejoins (g2); each case is committed both ways with the
     same (generation, member id): OffsetCommit on partition 1, TxnOffsetCommit on 0."""
     topic, group = ids.topic(), ids.group()
-    client_ops.create_topic(target, topic, partitions=2)
-    with wire_ops.cluster_client(target) as cc:
+    confluent.create_topic(target, topic, partitions=2)
+    with wire.cluster_client(target) as cc:
         coord = group_coordinator(cc, group, topic)
         j1 = join(coord, group, topic)
         g1, member = int(j1.generation_id), j1.member_id
@@ -46,7 +46,7 @@ def parity_scenario(target, ids) -> dict[str, Any]:
         cases = {"stale_generation": (g1, member), "unknown_member": (g2, member + "-x"), "current": (g2, member)}
         out = {}
         for n, (case, (generation, member_id)) in enumerate(cases.items()):
-            plain = wire_ops.offset_commit(coord, group, topic, PLAIN_PARTITION, 100 + n,
+            plain = wire.offset_commit(coord, group, topic, PLAIN_PARTITION, 100 + n,
                                            generation=generation, member_id=member_id)
             _, txn_codes = txn.txn_offset_commit(group, topic, {TXN_PARTITION: 200 + n},
                                                  generation=generation, member_id=member_id)
@@ -76,8 +76,8 @@ def init_per_transactional_id_scenario(target, ids) -> dict[str, Any]:
     transactional id: the second InitProducerId keeps the producer id, bumps the epoch
     and fences the first."""
     topic, tid = ids.topic(), ids.transactional_id()
-    client_ops.create_topic(target, topic)
-    with wire_ops.cluster_client(target) as cc1, wire_ops.cluster_client(target) as cc2:
+    confluent.create_topic(target, topic)
+    with wire.cluster_client(target) as cc1, wire.cluster_client(target) as cc2:
         joins = []
         for cc, group in ((cc1, ids.group()), (cc2, ids.group())):
             coord = group_coordinator(cc, group, topic)

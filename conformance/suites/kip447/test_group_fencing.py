@@ -21,7 +21,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from kio.schema.errors import ErrorCode
 
-from conformance import client_ops, wire_ops
+from clients import confluent, wire
 from conformance.suites.kip447 import (
     FENCED_INSTANCE_ID,
     ILLEGAL_GENERATION,
@@ -34,7 +34,7 @@ from conformance.suites.kip447 import (
     require_txn_offset_commit_v3,
     sync,
 )
-from fixtures.target import NotSupportedByTarget
+from targets.target import NotSupportedByTarget
 from reference_impl.protocol.api_keys import ApiKey
 
 
@@ -64,8 +64,8 @@ def stale_generation_scenario(target, ids):
     (g1, M): refused; it commits anyway and G's offset must not change. A second
     transaction with (g2, M) commits offset 12."""
     topic, group = ids.topic(), ids.group()
-    client_ops.create_topic(target, topic)
-    with wire_ops.cluster_client(target) as cc:
+    confluent.create_topic(target, topic)
+    with wire.cluster_client(target) as cc:
         coord = group_coordinator(cc, group, topic)
         g1, member, e1 = _joined(coord, group, topic)
         j2 = join(coord, group, topic, member_id=member)
@@ -99,8 +99,8 @@ def test_txn_offset_commit_with_stale_generation_is_fenced(target, differential)
 
 def unknown_member_scenario(target, ids):
     topic, group = ids.topic(), ids.group()
-    client_ops.create_topic(target, topic)
-    with wire_ops.cluster_client(target) as cc:
+    confluent.create_topic(target, topic)
+    with wire.cluster_client(target) as cc:
         coord = group_coordinator(cc, group, topic)
         gen, member, err = _joined(coord, group, topic)
         txn = RawTxn(cc, ids.transactional_id())
@@ -129,8 +129,8 @@ def static_member_scenario(target, ids):
     """Static member (instance I) joins as m1, is replaced by a join of I as m2; a
     TxnOffsetCommit with (m1, I) is fenced, (m2, I) is accepted."""
     topic, group, instance = ids.topic(), ids.group(), ids.instance_id()
-    client_ops.create_topic(target, topic)
-    with wire_ops.cluster_client(target) as cc:
+    confluent.create_topic(target, topic)
+    with wire.cluster_client(target) as cc:
         coord = group_coordinator(cc, group, topic)
         gen1, m1, err = _joined(coord, group, topic, instance_id=instance)
         j2 = join(coord, group, topic, instance_id=instance)
@@ -163,8 +163,8 @@ def zombie_scenario(target, ids):
     """The KIP's five steps over the raw protocol. A's rebalance timeout is 1.5 s so that its
     eviction (step 2) happens while B's JoinGroup waits."""
     topic, group = ids.topic(), ids.group()
-    client_ops.create_topic(target, topic)
-    with wire_ops.cluster_client(target) as cc:
+    confluent.create_topic(target, topic)
+    with wire.cluster_client(target) as cc:
         coord_a = group_coordinator(cc, group, topic)
         gen_a, member_a, err_a = _joined(coord_a, group, topic, session_ms=6000, rebalance_ms=1500)
         # 1. A's transaction is open (offsets partition added), then A stalls.
@@ -172,7 +172,7 @@ def zombie_scenario(target, ids):
         txn_a.init()
         add_a = txn_a.add_offsets(group)
         # 2. + 3. B joins; A does not rejoin and is dropped at the rebalance timeout.
-        with wire_ops.cluster_client(target) as cc_b:
+        with wire.cluster_client(target) as cc_b:
             coord_b = group_coordinator(cc_b, group, topic)
             t0 = time.monotonic()
             jb = join(coord_b, group, topic, session_ms=6000, rebalance_ms=1500, timeout_s=30)
@@ -224,13 +224,13 @@ def parse_group_metadata(blob: bytes) -> dict:
 
 
 def _txn_producer(target, tid: str) -> Producer:
-    p = Producer(client_ops.config(target, **{"transactional.id": tid, "transaction.timeout.ms": 20000}))
+    p = Producer(confluent.config(target, **{"transactional.id": tid, "transaction.timeout.ms": 20000}))
     p.init_transactions(30)
     return p
 
 
 def _consumer(target, group: str, **extra) -> Consumer:
-    cfg = client_ops.config(target, **{
+    cfg = confluent.config(target, **{
         "group.id": group, "enable.auto.commit": False, "auto.offset.reset": "earliest",
         "group.protocol": "classic", "isolation.level": "read_committed",
         "session.timeout.ms": 6000, "heartbeat.interval.ms": 500, "max.poll.interval.ms": 6000,
@@ -263,9 +263,9 @@ def test_zombie_send_offsets_fenced_client(target, unique):
     ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID; the group's offset stays B's."""
     require_txn_offset_commit_v3(target)
     topic, group, out = unique.topic(), unique.group(), unique.topic()
-    client_ops.create_topic(target, topic)
-    client_ops.create_topic(target, out)
-    client_ops.produce(target, topic, [{"value": b"%d" % i} for i in range(10)])
+    confluent.create_topic(target, topic)
+    confluent.create_topic(target, out)
+    confluent.produce(target, topic, [{"value": b"%d" % i} for i in range(10)])
     producer_a = _txn_producer(target, unique.transactional_id())
     producer_b = _txn_producer(target, unique.transactional_id() + "-b")
     a = _consumer(target, group)
@@ -304,9 +304,9 @@ def test_zombie_send_offsets_fenced_client(target, unique):
                 producer_a.abort_transaction(30)
         committed = b.committed([TopicPartition(topic, 0)], timeout=15)[0].offset
     finally:
-        client_ops.close_stalled_consumer(a)
+        confluent.close_stalled_consumer(a)
         if b is not None:
-            client_ops.close_stalled_consumer(b)  # B has not polled since its assignment either
+            confluent.close_stalled_consumer(b)  # B has not polled since its assignment either
     if meta_a and meta_b:
         # API.002: the metadata names the member and generation, refreshed by the rebalance.
         assert meta_a["group_id"] == group and meta_a["member_id"] and meta_a["generation_id"] >= 1, meta_a
@@ -322,7 +322,7 @@ def test_replaced_static_member_send_offsets_fenced_client(target, unique):
     sending offsets with A1's metadata fails with FENCED_INSTANCE_ID."""
     require_txn_offset_commit_v3(target)
     topic, group, instance = unique.topic(), unique.group(), unique.instance_id()
-    client_ops.create_topic(target, topic)
+    confluent.create_topic(target, topic)
     producer = _txn_producer(target, unique.transactional_id())
     a1 = _consumer(target, group, **{"group.instance.id": instance})
     a2 = None
@@ -346,7 +346,7 @@ def test_replaced_static_member_send_offsets_fenced_client(target, unique):
         for c in (a1, a2):  # neither polled since its assignment; a1 is fenced
             if c is not None:
                 try:
-                    client_ops.close_stalled_consumer(c)
+                    confluent.close_stalled_consumer(c)
                 except Exception:  # noqa: BLE001 - a fenced static member may refuse to close cleanly
                     pass
     assert error is not None, "sendOffsetsToTransaction with a replaced static member's metadata succeeded"
@@ -368,8 +368,8 @@ def stale_producer_epoch_scenario(target, ids):
     """Instance A opens a transaction with offsets; instance B initialises the same
     transactional id (epoch bump, A fenced); A's next TxnOffsetCommit carries the old epoch."""
     topic, group, tid = ids.topic(), ids.group(), ids.transactional_id()
-    client_ops.create_topic(target, topic)
-    with wire_ops.cluster_client(target) as cc:
+    confluent.create_topic(target, topic)
+    with wire.cluster_client(target) as cc:
         coord = group_coordinator(cc, group, topic)
         a = RawTxn(cc, tid)
         a.init()

@@ -19,7 +19,7 @@ import time
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 
-from conformance import client_ops
+from clients import confluent
 from conformance.suites import require_api
 from conformance.suites.kip447 import require_txn_offset_commit_v3
 from reference_impl.protocol.api_keys import ApiKey
@@ -54,12 +54,12 @@ class Worker(threading.Thread):
             self.error = exc
 
     def _loop(self) -> None:
-        consumer = Consumer(client_ops.config(self.target, **{
+        consumer = Consumer(confluent.config(self.target, **{
             "group.id": self.group, "group.protocol": "classic", "enable.auto.commit": False,
             "auto.offset.reset": "earliest", "isolation.level": "read_committed",
             "session.timeout.ms": 6000, "heartbeat.interval.ms": 500, "max.poll.interval.ms": 20000,
         }))
-        producer = Producer(client_ops.config(self.target, **{
+        producer = Producer(confluent.config(self.target, **{
             "transactional.id": self.tid, "transaction.timeout.ms": 20000, "linger.ms": 0}))
         try:
             producer.init_transactions(CALL_TIMEOUT_S)
@@ -126,7 +126,7 @@ class Feeder(threading.Thread):
 
     def run(self) -> None:
         try:
-            producer = Producer(client_ops.config(self.target, **{"enable.idempotence": True, "linger.ms": 0}))
+            producer = Producer(confluent.config(self.target, **{"enable.idempotence": True, "linger.ms": 0}))
             i = 0
             while not self.stop.wait(FEED_INTERVAL_S):
                 for p in range(PARTITIONS):
@@ -151,7 +151,7 @@ def _wait(what: str, done, deadline: float, *workers: Worker) -> None:
 
 def _read_committed(target, topic: str, group: str) -> dict[int, list[bytes]]:
     """Every committed record of the output, per partition, read up to the high watermark."""
-    consumer = Consumer(client_ops.config(target, **{
+    consumer = Consumer(confluent.config(target, **{
         "group.id": group, "enable.auto.commit": False, "isolation.level": "read_committed"}))
     try:
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=CALL_TIMEOUT_S)[1]
@@ -185,8 +185,8 @@ def test_partitions_move_between_producers_with_different_transactional_ids(targ
     require_txn_offset_commit_v3(target)
     require_api(target.capabilities(), ApiKey.END_TXN, what="EndTxn")
     source, sink, group, tid = unique.topic(), unique.topic(), unique.group(), unique.transactional_id()
-    client_ops.create_topic(target, source, partitions=PARTITIONS)
-    client_ops.create_topic(target, sink, partitions=PARTITIONS)
+    confluent.create_topic(target, source, partitions=PARTITIONS)
+    confluent.create_topic(target, sink, partitions=PARTITIONS)
     deadline = time.monotonic() + DEADLINE_S
     feeder = Feeder(target, source)
     a = Worker(target, group, source, sink, f"{tid}-a", deadline)

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conformance import client_ops, wire_ops
+from clients import confluent, wire
 from conformance.suites.kip447 import (
     NO_REASSIGNMENT_IN_PROGRESS,
     UNSTABLE_OFFSET_COMMIT,
@@ -23,7 +23,7 @@ from conformance.suites.kip447 import (
     commit,
     offset_fetch,
 )
-from fixtures.target import NotSupportedByTarget
+from targets.target import NotSupportedByTarget
 from kio.schema.errors import ErrorCode
 from reference_impl.protocol.api_keys import ApiKey
 
@@ -71,10 +71,10 @@ def pending_offsets_scenario(target, ids):
     """Committed 50 (p0) and 7 (p1); a transaction stages p0=100; stable/unstable fetches;
     commit; a second transaction stages p0=200 and aborts."""
     topic, group, tid = ids.topic(), ids.group(), ids.transactional_id()
-    client_ops.create_topic(target, topic, partitions=2)
+    confluent.create_topic(target, topic, partitions=2)
     obs: dict = {}
     codes: set[int] = set()
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         coord = group_coordinator(cc, group, topic)
         obs["seed_commit"] = [_seed(coord, group, topic, 0, 50),
                               _seed(coord, group, topic, 1, 7)]
@@ -147,9 +147,9 @@ def unstable_fetch_scenario(target, ids):
     """Open transaction with pending p0=100 over committed 50: OffsetFetch without
     RequireStable (v7+) and at v6 (before RequireStable existed)."""
     topic, group, tid = ids.topic(), ids.group(), ids.transactional_id()
-    client_ops.create_topic(target, topic)
+    confluent.create_topic(target, topic)
     obs: dict = {}
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         coord = group_coordinator(cc, group, topic)
         obs["seed_commit"] = commit(coord, group, topic, 0, 50)
         txn = RawTxn(cc, tid)
@@ -182,8 +182,8 @@ def test_offset_fetch_without_require_stable_returns_last_committed(target, diff
 
 def timeout_abort_scenario(target, ids):
     topic, group, tid = ids.topic(), ids.group(), ids.transactional_id()
-    client_ops.create_topic(target, topic)
-    with wire_ops.cluster_client(target) as cc:
+    confluent.create_topic(target, topic)
+    with wire.cluster_client(target) as cc:
         coord = group_coordinator(cc, group, topic)
         seed = commit(coord, group, topic, 0, 50)
         txn = RawTxn(cc, tid, timeout_ms=1000)
@@ -219,15 +219,15 @@ def test_read_committed_consumer_waits_for_pending_offsets(target, unique):
 
     _require_stable_fetch(target)
     topic, group = unique.topic(), unique.group()
-    client_ops.create_topic(target, topic)
-    client_ops.produce(target, topic, [{"value": b"%d" % i} for i in range(110)], flush_between=50)
-    with wire_ops.cluster_client(target) as cc:
+    confluent.create_topic(target, topic)
+    confluent.produce(target, topic, [{"value": b"%d" % i} for i in range(110)], flush_between=50)
+    with wire.cluster_client(target) as cc:
         coord = group_coordinator(cc, group, topic)
         assert commit(coord, group, topic, 0, 50) == 0
         txn = RawTxn(cc, unique.transactional_id())
         assert txn.init() == 0 and txn.add_offsets(group) == 0
         assert txn.txn_offset_commit(group, topic, {0: 100}, lowest=0)[1] == {0: 0}
-        consumer = Consumer(client_ops.config(target, **{
+        consumer = Consumer(confluent.config(target, **{
             "group.id": group, "enable.auto.commit": False, "isolation.level": "read_committed",
             "auto.offset.reset": "earliest"}))
         try:

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from conformance import share_ops, wire_ops
-from conformance.share_ops import (
+from clients import share, wire
+from clients.share import (
     ACCEPT, ARCHIVED, GAP, READ_SHARE_GROUP_STATE, REJECT, RELEASE, RENEW, E, SharePartitionUnderTest, ShareSession,
     ack_codes, acquired, delivery_counts, effective_spso, partition_data, persisted_states,
 )
@@ -21,7 +21,7 @@ from conformance.share_ops import (
 
 @pytest.fixture
 def sp(target, unique):
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         yield SharePartitionUnderTest(target, cc, unique.topic(), unique.group())
 
 
@@ -226,9 +226,9 @@ def test_partitions_of_a_request_are_rotated(target, unique, record_property):
     """Two partitions of one leader with 200 records each and MaxRecords 10: over 20
     ShareFetches (each accepting what the previous one got) both get data while both still
     have records; with a fixed order the first partition would take all."""
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         sp = SharePartitionUnderTest(target, cc, unique.topic(), unique.group(), partitions=6).open()
-        parts = share_ops.two_partitions_of_one_leader(sp)
+        parts = share.two_partitions_of_one_leader(sp)
         s = sp.member(parts[0])
         assert acquired(s.fetch([sp.key(p) for p in parts], max_wait_ms=200)) == []
         for p in parts:

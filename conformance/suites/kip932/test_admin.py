@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from conformance import client_ops, wire_ops
-from conformance.share_ops import (
+from clients import confluent, wire
+from clients.share import (
     ACCEPT, E, SHARE_GROUP_DESCRIBE, ShareSession, alter_group_configs, join_share_group, leave_share_group,
     nested, produce_values, require_share_groups, set_group_configs,
 )
 from conformance.suites import require_api
-from fixtures.target import NotSupportedByTarget
+from targets.target import NotSupportedByTarget
 from reference_impl.client.raw_client import ClusterClient, RawClient
 from reference_impl.protocol.api_keys import ApiKey
 
@@ -168,7 +168,7 @@ class Consumer:
 def commit_classic(cc: ClusterClient, group: str, topic: str) -> None:
     """A classic group made by an offset commit (generation -1, no members)."""
     deadline = time.monotonic() + 15
-    while (code := wire_ops.offset_commit(coordinator(cc, group), group, topic, 0, 1)) != E.none:
+    while (code := wire.offset_commit(coordinator(cc, group), group, topic, 0, 1)) != E.none:
         assert code in (E.coordinator_load_in_progress, E.not_coordinator) and time.monotonic() < deadline, E(code)
         time.sleep(0.2)
 
@@ -190,10 +190,10 @@ def _wait_leaders(cc: ClusterClient, topic: str, partitions: int, wait_s: float 
 
 
 def topic_with_records(target, cc: ClusterClient, topic: str, count: int, partitions: int = 1) -> uuid.UUID:
-    client_ops.create_topic(target, topic, partitions=partitions)
+    confluent.create_topic(target, topic, partitions=partitions)
     _wait_leaders(cc, topic, partitions)
     produce_values(cc, topic, [b"r%d" % i for i in range(count)])
-    return wire_ops.topic_ids(cc, topic).topic_id
+    return wire.topic_ids(cc, topic).topic_id
 
 
 def wait_start_offset(node: RawClient, group: str, topic: str, want: int, wait_s: float = 10.0) -> tuple[int, int, Any]:
@@ -217,7 +217,7 @@ def test_list_groups_by_type_and_state(target, unique):
     only the stable one; TypesFilter ["consumer"] lists neither share group."""
     require_admin(target, LIST_GROUPS)
     topic, stable, empty, classic = unique.topic(), unique.group(), unique.group(), unique.group()
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         tid = topic_with_records(target, cc, topic, 1)
         Consumer(cc, stable, topic, tid)
         Consumer(cc, empty, topic, tid).leave()
@@ -246,7 +246,7 @@ def test_offsets_admin_on_a_classic_group_id(target, unique, record_property):
     offset -1, no error). The side the target follows is recorded."""
     require_admin(target, DESCRIBE_OFFSETS, ALTER_OFFSETS, DELETE_OFFSETS)
     topic, classic = unique.topic(), unique.group()
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         topic_with_records(target, cc, topic, 1)
         node = coordinator(cc, classic)
         commit_classic(cc, classic, topic)
@@ -277,7 +277,7 @@ def test_offsets_admin_on_an_unknown_group_and_a_non_coordinator(target, unique,
     group answers NOT_COORDINATOR to all three offsets RPCs."""
     require_admin(target, DESCRIBE_OFFSETS, ALTER_OFFSETS, DELETE_OFFSETS, DELETE_GROUPS)
     topic, g_desc, g_alter, g_del, g_dg = (unique.topic(), unique.group(), unique.group(), unique.group(), unique.group())
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         topic_with_records(target, cc, topic, 3)
         described = describe_offsets(coordinator(cc, g_desc), g_desc, [(topic, [0])])
         described_all = describe_offsets(coordinator(cc, g_desc), g_desc)
@@ -322,10 +322,10 @@ def test_share_group_id_refuses_classic_membership_and_deletion_is_by_type(targe
     with a member is NON_EMPTY_GROUP, the classic group next to it is unaffected."""
     require_admin(target, DELETE_GROUPS)
     topic, share, classic = unique.topic(), unique.group(), unique.group()
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         tid = topic_with_records(target, cc, topic, 1)
         Consumer(cc, share, topic, tid)
-        join = wire_ops.join_group(coordinator(cc, share), share, topic=topic)
+        join = wire.join_group(coordinator(cc, share), share, topic=topic)
         assert join.error_code == E.inconsistent_group_protocol, join
         commit_classic(cc, classic, topic)
         assert delete_groups(coordinator(cc, share), share) == E.non_empty_group
@@ -345,7 +345,7 @@ def test_describe_offsets_reports_the_start_offset_and_lag(target, unique, recor
     share-partitions are listed when no topics are named."""
     require_admin(target, DESCRIBE_OFFSETS)
     topic, group = unique.topic(), unique.group()
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         tid = topic_with_records(target, cc, topic, 10)
         set_group_configs(cc, group, EARLIEST)
         c = Consumer(cc, group, topic, tid)
@@ -373,7 +373,7 @@ def test_alter_offsets_only_for_an_empty_group_and_discards_in_flight_state(targ
     come with count 1. The side is recorded."""
     require_admin(target, DESCRIBE_OFFSETS, ALTER_OFFSETS)
     topic, group = unique.topic(), unique.group()
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         tid = topic_with_records(target, cc, topic, 10)
         set_group_configs(cc, group, EARLIEST)
         c = Consumer(cc, group, topic, tid)
@@ -408,7 +408,7 @@ def test_alter_offsets_answers_per_partition(target, unique):
     changed, the others UNKNOWN_TOPIC_OR_PARTITION; the missing topic has a null id."""
     require_admin(target, DESCRIBE_OFFSETS, ALTER_OFFSETS)
     topic, group, missing = unique.topic(), unique.group(), unique.topic()
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         topic_with_records(target, cc, topic, 3)
         node = coordinator(cc, group)
         resp = alter_offsets(node, group, [(topic, [(0, 1), (7, 0)]), (missing, [(0, 0)])])
@@ -427,9 +427,9 @@ def test_delete_offsets_resets_to_the_reset_policy(target, unique):
     the share-partition reads -1 again and a new member (earliest) gets 0..9 with count 1."""
     require_admin(target, DESCRIBE_OFFSETS, ALTER_OFFSETS, DELETE_OFFSETS)
     topic, other, group = unique.topic(), unique.topic(), unique.group()
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         tid = topic_with_records(target, cc, topic, 10)
-        client_ops.create_topic(target, other)
+        confluent.create_topic(target, other)
         set_group_configs(cc, group, EARLIEST)
         c = Consumer(cc, group, topic, tid)
         node = coordinator(cc, group)
@@ -456,7 +456,7 @@ def test_delete_groups_needs_an_empty_group_and_deletes_its_state(target, unique
     group's in-memory state and hands out 5..9 with count 2. The side is recorded."""
     require_admin(target, DESCRIBE_OFFSETS, DELETE_GROUPS, LIST_GROUPS)
     topic, group = unique.topic(), unique.group()
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         tid = topic_with_records(target, cc, topic, 10)
         set_group_configs(cc, group, EARLIEST)
         c = Consumer(cc, group, topic, tid)
@@ -499,7 +499,7 @@ def test_group_lock_duration_override_and_bounds(target, unique):
     acquisition lock timeout."""
     require_admin(target, INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CONFIGS)
     topic, group = unique.topic(), unique.group()
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         tid = topic_with_records(target, cc, topic, 3)
         default = describe_group_configs(cc, group)["share.record.lock.duration.ms"]
         assert (default.value, default.config_source) == ("30000", DEFAULT_CONFIG), default
@@ -524,7 +524,7 @@ def test_group_heartbeat_and_session_overrides_and_bounds(target, unique):
     INVALID_CONFIG; 8000 is taken and heartbeat responses carry it."""
     require_admin(target, INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CONFIGS)
     topic, group, plain = unique.topic(), unique.group(), unique.group()
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         topic_with_records(target, cc, topic, 1)
         configs = describe_group_configs(cc, group)
         defaults = {n: configs[n].value for n in ("share.session.timeout.ms", "share.heartbeat.interval.ms")}
@@ -559,7 +559,7 @@ def test_group_level_share_limits(target, unique, record_property, name, default
     out-of-range values INVALID_CONFIG, an in-range value taken."""
     require_admin(target, INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CONFIGS)
     group = unique.group()
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         configs = describe_group_configs(cc, group)
         if name not in configs:
             raise NotSupportedByTarget(f"the target has no group config {name} (Kafka 4.3+, KIP-1240)")
@@ -580,7 +580,7 @@ def test_unknown_group_config_names_and_the_kip_names_are_refused(target, unique
     the request is stored; DescribeConfigs of an empty group name is INVALID_REQUEST."""
     require_admin(target, INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CONFIGS)
     group = unique.group()
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         kip_name = alter_group_configs(cc, group, {"group.share.record.lock.duration.ms": "20000"})
         mixed = alter_group_configs(cc, group, {"share.record.lock.duration.ms": "20000", "no.such.config": "1"})
         after = describe_group_configs(cc, group)["share.record.lock.duration.ms"]

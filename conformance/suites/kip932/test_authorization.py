@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 
-from conformance import wire_ops
-from conformance.acl_ops import (
+from clients import wire
+from clients.acl import (
     CLUSTER, KIP932_CLUSTER_USER, RESOURCE_USER, AclScene, Op, Res, require_authorizer, until_allowed,
 )
-from conformance.share_ops import (
+from clients.share import (
     ACCEPT, READ_SHARE_GROUP_STATE, RETRIABLE_COORDINATOR_ERRORS, SHARE_COORDINATOR_KEY_TYPE, SHARE_GROUP_DESCRIBE, E,
     ShareSession, acquired, eventually, heartbeat, join_share_group, kafka_uuid, leader_epoch, nested, new_member_id,
     produce_values, require_share_groups, set_group_configs,
@@ -50,7 +50,7 @@ class Scene(AclScene):
         super().__init__(target, role)
         self.topic, self.group = unique.topic(), unique.group()
         create_ready_topic(target, self.su, self.topic)
-        self.tid: uuid.UUID = wire_ops.topic_ids(self.su, self.topic).topic_id
+        self.tid: uuid.UUID = wire.topic_ids(self.su, self.topic).topic_id
         produce_values(self.su, self.topic, [b"r%d" % i for i in range(records)])
 
     def coordinator(self) -> RawClient:

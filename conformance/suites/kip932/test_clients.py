@@ -6,9 +6,9 @@ Two clients, each test runs with both (parameter `client`):
 * `reference`: the reference `ShareConsumer` (reference_impl/client/share_consumer.py).
 
 Every test drives its members from this one thread, records a share-group history
-(`chaos.share_history`: produce, fetch = what a poll returned with delivery counts, ack =
+(`checkers.share_history`: produce, fetch = what a poll returned with delivery counts, ack =
 one acknowledgement commit per partition, crash, leave) and runs the share-group checkers
-(`chaos.checkers.share_group`) on it, besides its own assertions.
+(`checkers.share_group`) on it, besides its own assertions.
 
 Locks: 30 s (the default) where a test needs no expiry, 5 s in the crash workload (a crashed
 member's records come back even if the broker does not notice the crash), never 1 s with
@@ -46,10 +46,11 @@ import pytest
 from confluent_kafka import IllegalStateException, KafkaException, Producer
 from confluent_kafka import ShareConsumer as ConfluentShareConsumer
 
-from chaos.checkers import share_group as checkers
-from chaos.share_history import ShareRecorder
-from conformance import client_ops, share_ops, target_limits, wire_ops
-from fixtures.target import NotSupportedByTarget
+from checkers import share_group as checkers
+from checkers.share_history import ShareRecorder
+from conformance import target_limits
+from clients import confluent, share, wire
+from targets.target import NotSupportedByTarget
 from reference_impl.client.share_consumer import AcknowledgeType, IllegalShareStateError
 from reference_impl.client.share_consumer import ShareConsumer as ReferenceShareConsumer
 
@@ -329,8 +330,8 @@ class Group:
         """The group as its coordinator describes it (members by client id = member name), for
         a failure message: was a starved member assigned nothing, or assigned and not served?"""
         try:
-            with wire_ops.cluster_client(self.target) as cc:
-                return share_ops.group_snapshot(share_ops.describe_share_group(cc, self.group, 10.0))
+            with wire.cluster_client(self.target) as cc:
+                return share.group_snapshot(share.describe_share_group(cc, self.group, 10.0))
         except Exception as exc:  # noqa: BLE001 - the description must not hide the failure it explains
             return f"ShareGroupDescribe failed: {exc!r}"[:500]
 
@@ -342,7 +343,7 @@ class Group:
 
 
 def _require_share_client(target: Any, client: str) -> None:
-    share_ops.require_share_groups(target)
+    share.require_share_groups(target)
     if client == "confluent" and target.kind == "kafka-native" and (target.version or "").startswith("4.1."):
         raise NotSupportedByTarget(
             "confluent-kafka 2.16.1 (librdkafka 2.16.0) makes share member ids in standard base64: "
@@ -359,12 +360,12 @@ def group_factory(target, unique):
         if shared:
             _require_shared_partitions(target, unique)
         topic, name = unique.topic(), unique.group()
-        client_ops.create_topic(target, topic, partitions=partitions)
+        confluent.create_topic(target, topic, partitions=partitions)
         effective_lock = None
-        if lock_ms is not None and target.capabilities().supports_api(share_ops.INCREMENTAL_ALTER_CONFIGS):
+        if lock_ms is not None and target.capabilities().supports_api(share.INCREMENTAL_ALTER_CONFIGS):
             effective_lock = target_limits.lock_ms(target, lock_ms)  # within the broker's bounds
-            with wire_ops.cluster_client(target) as cc:
-                share_ops.set_group_configs(cc, name, {"share.record.lock.duration.ms": str(effective_lock)})
+            with wire.cluster_client(target) as cc:
+                share.set_group_configs(cc, name, {"share.record.lock.duration.ms": str(effective_lock)})
         g = Group(target, client, topic, name, partitions, effective_lock)
         made.append(g)
         return g
@@ -390,18 +391,18 @@ def _require_shared_partitions(target: Any, unique: Any) -> None:
 
 def _probe_sharing(target: Any, unique: Any, wait_s: float = 15.0) -> str | None:
     topic, group = unique.topic(), unique.group()
-    client_ops.create_topic(target, topic, partitions=1)
-    with wire_ops.cluster_client(target) as cc:
-        first, first_epoch = share_ops.join_share_group(cc, group, [topic])
-        second, epoch = share_ops.new_member_id(), 0
+    confluent.create_topic(target, topic, partitions=1)
+    with wire.cluster_client(target) as cc:
+        first, first_epoch = share.join_share_group(cc, group, [topic])
+        second, epoch = share.new_member_id(), 0
         coord = cc.coordinator_for(group, 0)
         deadline = time.monotonic() + wait_s
         try:
             while True:
-                ra = share_ops.heartbeat(coord, group, first, first_epoch)
+                ra = share.heartbeat(coord, group, first, first_epoch)
                 if int(ra.error_code) == 0:
                     first_epoch = int(ra.member_epoch)
-                rb = share_ops.heartbeat(coord, group, second, epoch, [topic] if epoch == 0 else None)
+                rb = share.heartbeat(coord, group, second, epoch, [topic] if epoch == 0 else None)
                 if int(rb.error_code) == 0:
                     epoch = int(rb.member_epoch)
                     if rb.assignment is not None and any(tp.partitions for tp in rb.assignment.topic_partitions):
@@ -414,7 +415,7 @@ def _probe_sharing(target: Any, unique: Any, wait_s: float = 15.0) -> str | None
         finally:
             for member, e in ((first, first_epoch), (second, epoch)):
                 if e > 0:
-                    share_ops.leave_share_group(cc, group, member)
+                    share.leave_share_group(cc, group, member)
 
 
 def _is_kafka_41(target: Any) -> bool:
@@ -683,9 +684,9 @@ def test_confluent_member_ids_with_plus_or_slash_are_assigned(target, unique, re
     own clients use URL-safe base64. A broker must still assign partitions to such a member:
     create confluent share consumers until one has such an id (debug log), and it must get
     a record within 20 s."""
-    share_ops.require_share_groups(target)
+    share.require_share_groups(target)
     topic = unique.topic()
-    client_ops.create_topic(target, topic, partitions=1)
+    confluent.create_topic(target, topic, partitions=1)
     ids_seen: list[str] = []
     for attempt in range(12):
         group = unique.group()

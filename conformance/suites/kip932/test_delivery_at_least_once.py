@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from conformance import wire_ops
-from conformance.share_ops import ACCEPT, RELEASE, E, SharePartitionUnderTest, ShareSession, ack_codes, delivery_counts
+from clients import wire
+from clients.share import ACCEPT, RELEASE, E, SharePartitionUnderTest, ShareSession, ack_codes, delivery_counts
 
 RECORDS = 100
 DELIVERY_LIMIT = 5  # broker default group.share.delivery.count.limit
@@ -20,7 +20,7 @@ DELIVERY_LIMIT = 5  # broker default group.share.delivery.count.limit
 
 @pytest.fixture
 def sp(target, unique):
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         yield SharePartitionUnderTest(target, cc, unique.topic(), unique.group())
 
 

@@ -29,16 +29,17 @@ from typing import Any
 
 import pytest
 
-from conformance import share_ops, target_limits
-from conformance.share_ops import ACCEPT, E, REJECT, RELEASE, eventually, share_ack, share_fetch
+from conformance import target_limits
+from clients import share
+from clients.share import ACCEPT, E, REJECT, RELEASE, eventually, share_ack, share_fetch
 from conformance.suites import require_api, require_nodes
 from conformance.suites.kip932.test_membership import require_describe
 from conformance.suites.kip932.test_admin import delete_groups
 from conformance.suites.kip932.test_sessions import (
     ShareSetup, counts_of, drain, open_and_acquire, record, record_side, require_share_groups, share_setup,
 )
-from fixtures.target import NotSupportedByTarget, Target
-from fixtures.targets import create_target
+from targets.target import NotSupportedByTarget, Target
+from targets.factory import create_target
 from reference_impl.client.raw_client import ClusterClient
 from reference_impl.model.share_state_records import coordinator_key
 from reference_impl.protocol.api_keys import ApiKey
@@ -104,13 +105,13 @@ def spso(cc: ClusterClient, s: ShareSetup, p: int = 0) -> int:
         node = cc.node(coordinator)
         version = node.negotiate(READ_SHARE_GROUP_STATE_SUMMARY, 1)
         resp = node.request(READ_SHARE_GROUP_STATE_SUMMARY, version, group_id=s.group, topics=(
-            share_ops.nested(READ_SHARE_GROUP_STATE_SUMMARY, version, "ReadStateSummaryData", topic_id=s.tid, partitions=(
-                share_ops.nested(READ_SHARE_GROUP_STATE_SUMMARY, version, "PartitionData", partition=p, leader_epoch=0),)),))
+            share.nested(READ_SHARE_GROUP_STATE_SUMMARY, version, "ReadStateSummaryData", topic_id=s.tid, partitions=(
+                share.nested(READ_SHARE_GROUP_STATE_SUMMARY, version, "PartitionData", partition=p, leader_epoch=0),)),))
         (part,) = resp.results[0].partitions
         if part.error_code == E.none:
             return int(part.start_offset)
         waited = time.monotonic() - start
-        assert part.error_code in share_ops.RETRIABLE_COORDINATOR_ERRORS and waited < FAILOVER_WAIT_S, (
+        assert part.error_code in share.RETRIABLE_COORDINATOR_ERRORS and waited < FAILOVER_WAIT_S, (
             f"the share coordinator (node {coordinator}) still answered "
             f"{part.error_code!r} ({part.error_message}) after {waited:.0f} s")
         time.sleep(0.3)
@@ -136,14 +137,14 @@ def redeliveries(cc: ClusterClient, s: ShareSetup, member: str, want: set[int],
         if leader is not current:  # a new leader: a new session there
             current, epoch = leader, 0
         resp = share_fetch(leader, s.group, member, epoch, [s.part()], max_wait_ms=500)
-        pd = share_ops.partition_data(resp, s.tid)
+        pd = share.partition_data(resp, s.tid)
         answers.append((int(resp.error_code), -1 if pd is None else int(pd.error_code)))
         if resp.error_code != E.none:  # a session lost with a moved leader: open a new one
             epoch = 0
             time.sleep(0.2)
             continue
         epoch += 1
-        counts = share_ops.delivery_counts(resp)
+        counts = share.delivery_counts(resp)
         if counts and answers_out is not None:
             answers_out.append(set(counts))
         for o, c in counts.items():
@@ -178,12 +179,12 @@ def test_share_partition_leader_crash_keeps_acknowledged_state(target, unique, r
         seen = counts_of(got)
         ack = share_ack(node, s.group, s.member, epoch, {s.part(): [
             (0, 4, [ACCEPT]), (5, 6, [REJECT]), (7, 9, [RELEASE])]})
-        assert ack.error_code == E.none and share_ops.ack_codes(ack) == {0: E.none}, ack
+        assert ack.error_code == E.none and share.ack_codes(ack) == {0: E.none}, ack
         again, epoch = drain(node, s, s.member, epoch + 1, 3)
         assert again == {7: 2, 8: 2, 9: 2}, again
         seen.update(again)
         ack = share_ack(node, s.group, s.member, epoch, {s.part(): [(7, 7, [ACCEPT])]})
-        assert share_ops.ack_codes(ack) == {0: E.none}, ack
+        assert share.ack_codes(ack) == {0: E.none}, ack
         # 0..7 are final: the SPSO is 8 in memory. The stored one may lag by one write
         # (Kafka writes the start offset it had before applying the acknowledgement).
         before = spso(s.cc, s)
@@ -204,7 +205,7 @@ def test_share_partition_leader_crash_keeps_acknowledged_state(target, unique, r
         lower = {o: (seen[o], c) for o, c in counts.items() if c < seen[o]}
         assert not lower, f"delivery counts went back (before, after): {lower}"
         ack = share_ack(node, after.group, member, epoch, {after.part(): [(8, 19, [ACCEPT])]})
-        assert share_ops.ack_codes(ack) == {0: E.none}, ack
+        assert share.ack_codes(ack) == {0: E.none}, ack
         final = spso(after.cc, after)
         record(request, "stored_spso_after_all_accepted", final)
         assert restarted <= final <= 20, (restarted, final)
@@ -221,7 +222,7 @@ def test_share_coordinator_crash_keeps_the_durable_state(target, unique, request
         got, epoch = open_and_acquire(s, node, s.member, 10)
         seen = counts_of(got)
         ack = share_ack(node, s.group, s.member, epoch, {s.part(): [(0, 4, [ACCEPT]), (5, 6, [RELEASE])]})
-        assert share_ops.ack_codes(ack) == {0: E.none}, ack
+        assert share.ack_codes(ack) == {0: E.none}, ack
         before = spso(s.cc, s)  # 5 in memory; the stored value may lag by one write
         record(request, "stored_spso_before_crash", before)
         assert 0 <= before <= 5, before
@@ -246,7 +247,7 @@ def test_share_coordinator_crash_keeps_the_durable_state(target, unique, request
         lower = {o: (floor[o], c) for o, c in counts.items() if c < floor[o]}
         assert not lower, f"delivery counts went back (at least, got): {lower}"
         ack = share_ack(node, after.group, member, epoch, {after.part(): [(5, 9, [ACCEPT])]})
-        assert share_ops.ack_codes(ack) == {0: E.none}, ack
+        assert share.ack_codes(ack) == {0: E.none}, ack
         final = spso(after.cc, after)
         record(request, "stored_spso_after_all_accepted", final)
         assert restarted <= final <= 10, (restarted, final)
@@ -277,12 +278,12 @@ def test_leader_crash_with_interleaved_states_above_the_spso(target, unique, req
         seen = counts_of(got)
         ack = share_ack(node, s.group, s.member, epoch, {s.part(): [
             (0, 1, [ACCEPT]), (2, 3, [RELEASE]), (4, 5, [ACCEPT]), (6, 6, [REJECT]), (8, 9, [RELEASE]), (10, 10, [ACCEPT])]})
-        assert share_ops.ack_codes(ack) == {0: E.none}, ack
+        assert share.ack_codes(ack) == {0: E.none}, ack
         again, epoch = drain(node, s, s.member, epoch + 1, 4)
         assert again == {2: 2, 3: 2, 8: 2, 9: 2}, again
         seen.update(again)
         ack = share_ack(node, s.group, s.member, epoch, {s.part(): [(3, 3, [RELEASE])]})
-        assert share_ops.ack_codes(ack) == {0: E.none}, ack
+        assert share.ack_codes(ack) == {0: E.none}, ack
         # At the crash: 0-1 accepted (SPSO 2), 2 acquired (count 2), 3 released (count 2),
         # 4-5 accepted, 6 archived, 7 acquired, 8-9 acquired (count 2), 10 accepted, 11-19 acquired.
         before = spso(s.cc, s)
@@ -315,7 +316,7 @@ def test_leader_crash_with_interleaved_states_above_the_spso(target, unique, req
 
 
 def describe_group(cc: ClusterClient, group: str) -> Any:
-    return share_ops.describe_share_group(cc, group, FAILOVER_WAIT_S)
+    return share.describe_share_group(cc, group, FAILOVER_WAIT_S)
 
 
 class Heartbeats(threading.Thread):
@@ -351,7 +352,7 @@ class Heartbeats(threading.Thread):
                     self._note(f"FindCoordinator error {error}")
                     continue
                 for m, e in self.epochs.items():
-                    self._answered(m, node, share_ops.heartbeat(cc.node(node), self.group, m, e))
+                    self._answered(m, node, share.heartbeat(cc.node(node), self.group, m, e))
             except (OSError, ConnectionError, EOFError, RuntimeError, LookupError) as exc:
                 self._note(f"node {node}: {type(exc).__name__}")
                 if cc is not None:
@@ -370,7 +371,7 @@ class Heartbeats(threading.Thread):
             self.last_ok[member] = now
             return
         self._note(f"node {node}: {member} error {int(resp.error_code)} after {gap:.1f}s without a heartbeat")
-        if resp.error_code not in share_ops.RETRIABLE_COORDINATOR_ERRORS:
+        if resp.error_code not in share.RETRIABLE_COORDINATOR_ERRORS:
             self.errors.append((member, int(resp.error_code)))
 
     def _note(self, what: str) -> None:
@@ -408,8 +409,8 @@ def beat_until_stable(cc: ClusterClient, s: ShareSetup, epochs: dict[str, int]) 
     while True:
         coord = cc.coordinator_for(s.group, 0, wait_s=FAILOVER_WAIT_S)
         for m in epochs:
-            resp = share_ops.heartbeat(coord, s.group, m, epochs[m])
-            assert resp.error_code in (E.none, *share_ops.RETRIABLE_COORDINATOR_ERRORS), resp
+            resp = share.heartbeat(coord, s.group, m, epochs[m])
+            assert resp.error_code in (E.none, *share.RETRIABLE_COORDINATOR_ERRORS), resp
             if resp.error_code == E.none:
                 epochs[m] = int(resp.member_epoch)
         d = describe_group(cc, s.group)
@@ -434,7 +435,7 @@ def join_beat(cc: ClusterClient, group: str, topic: str) -> Any:
     still be restarting or loading."""
     try:
         coord = cc.coordinator_for(group, 0, wait_s=FAILOVER_WAIT_S)
-        resp = share_ops.heartbeat(coord, group, share_ops.new_member_id(), 0, [topic])
+        resp = share.heartbeat(coord, group, share.new_member_id(), 0, [topic])
     except (OSError, ConnectionError, EOFError, RuntimeError, LookupError) as exc:
         raise AssertionError(f"join of {group}: {exc!r}") from exc
     assert resp.error_code == E.none, resp
@@ -455,10 +456,10 @@ def test_group_coordinator_crash_keeps_members_and_epochs(target, unique, reques
     replayed tombstones left no trace (GREC.001)."""
     t = three_node_target(target)
     require_describe(t)
-    if t.kind == "librdkafka-mock":  # fixtures/librdkafka_mock.py: kill_node moves no coordinator
+    if t.kind == "librdkafka-mock":  # targets/librdkafka_mock.py: kill_node moves no coordinator
         raise NotSupportedByTarget("the mock does not move a group coordinator away from a down broker")
     with share_setup(t, unique, partitions=2, join=False) as s:
-        epochs = beat_until_stable(s.cc, s, dict(share_ops.join_share_group(s.cc, s.group, [s.topic]) for _ in range(2)))
+        epochs = beat_until_stable(s.cc, s, dict(share.join_share_group(s.cc, s.group, [s.topic]) for _ in range(2)))
         d = describe_group(s.cc, s.group)
         before = members_of(d)
         group_epoch, assignment_epoch = int(d.group_epoch), int(d.assignment_epoch)
@@ -485,11 +486,11 @@ def test_group_coordinator_crash_keeps_members_and_epochs(target, unique, reques
             f"KIP-932.EPOCH.007: an epoch went back across the crash ({group_epoch}, {assignment_epoch}): {d}"
         coord = after.cc.coordinator_for(s.group, 0, wait_s=FAILOVER_WAIT_S)
         for m, e in epochs.items():
-            resp = share_ops.heartbeat(coord, s.group, m, e)
+            resp = share.heartbeat(coord, s.group, m, e)
             assert resp.error_code == E.none, f"member {m} (epoch {e}) after the crash: {resp}"
             assert int(resp.member_epoch) >= e, resp
         for m in epochs:
-            assert share_ops.heartbeat(coord, s.group, m, -1).error_code == E.none
+            assert share.heartbeat(coord, s.group, m, -1).error_code == E.none
         assert delete_groups(coord, s.group) == E.none
         crash_coordinator(t, after.cc, s.group)  # KIP-932.GREC.001: the new one replays the tombstones
     finally:

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from conformance import client_ops, wire_ops
-from conformance.share_ops import (
+from clients import confluent, wire
+from clients.share import (
     ACCEPT, REJECT, RELEASE, E, SharePartitionUnderTest, ack_codes, delivery_counts,
     leave_share_group, new_member_id,
 )
@@ -27,7 +27,7 @@ from conformance.suites.kip932.test_membership import (
     Member, beat, beat_until, coordinator, describe, eventually, new_topic, require_describe,
 )
 from conformance.suites.kip932.test_sessions import require_share_groups
-from fixtures.target import NotSupportedByTarget
+from targets.target import NotSupportedByTarget
 from reference_impl.protocol import framing
 from reference_impl.protocol.api_keys import ApiKey
 
@@ -47,7 +47,7 @@ def broker_config(target, name: str, default: int) -> int:
     """A broker setting as DescribeConfigs (BROKER) reports it, else Kafka's default."""
     from confluent_kafka.admin import ConfigResource, ResourceType
 
-    admin = client_ops.admin(target)
+    admin = confluent.admin(target)
     try:
         broker = sorted(admin.list_topics(timeout=15).brokers)[0]
         res = ConfigResource(ResourceType.BROKER, str(broker))
@@ -77,7 +77,7 @@ def test_describe_reports_every_field_of_two_members(target, unique):
             schema = framing.request_schema(key, v)
             names = {f.name for f in dataclasses.fields(schema)}
             assert not any("instance" in n for n in names), (key, v, names)
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         topic, tid = new_topic(target, cc, unique, 2)
         group = unique.group()
         coord = coordinator(cc, group)
@@ -117,7 +117,7 @@ def test_describe_errors_are_per_group(target, unique):
     INVALID_GROUP_ID; on a broker that is not the coordinator the entry says NOT_COORDINATOR."""
     require_share_groups(target)
     require_describe(target)
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         topic, _ = new_topic(target, cc, unique, 1)
         group = unique.group()
         coord = coordinator(cc, group)
@@ -152,7 +152,7 @@ def test_topic_metadata_changes_bump_the_group_epoch(target, unique, record_prop
 
     require_share_groups(target)
     require_describe(target)
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         topic, tid = new_topic(target, cc, unique, 1)
         later = unique.topic()
         group = unique.group()
@@ -161,15 +161,15 @@ def test_topic_metadata_changes_bump_the_group_epoch(target, unique, record_prop
         a.beat()
         beat_until([a], lambda: a.partitions(tid) == {0})
         e0 = eventually(lambda: _stable(coord, group, a)).group_epoch
-        client_ops.create_topic(target, later, 1)
-        tid2 = wire_ops.topic_ids(cc, later).topic_id
+        confluent.create_topic(target, later, 1)
+        tid2 = wire.topic_ids(cc, later).topic_id
         beat_until([a], lambda: a.partitions(tid2) == {0}, 60)
         e1 = eventually(lambda: _stable(coord, group, a)).group_epoch
         assert e1 > e0, (e0, e1)
         if not target.capabilities().supports_api(ApiKey.CREATE_PARTITIONS):
             record_property("create_partitions", "not advertised")
             return
-        admin = client_ops.admin(target)  # kept referenced until the future resolves
+        admin = confluent.admin(target)  # kept referenced until the future resolves
         admin.create_partitions([NewPartitions(topic, 2)])[topic].result(30)
         beat_until([a], lambda: a.partitions(tid) == {0, 1}, 60)
         e2 = eventually(lambda: _stable(coord, group, a)).group_epoch
@@ -192,7 +192,7 @@ def test_partition_moves_without_waiting_for_the_old_owner(target, unique):
     both member epochs equal the assignment epoch."""
     require_share_groups(target)
     require_describe(target)
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         topic, tid = new_topic(target, cc, unique, 2)
         group = unique.group()
         coord = coordinator(cc, group)
@@ -222,7 +222,7 @@ def test_offsets_reset_on_an_empty_group_discards_in_flight_state(target, unique
     require_share_groups(target)
     require_describe(target)
     require_api(target.capabilities(), ALTER_OFFSETS, None, "AlterShareGroupOffsets")
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         sp = SharePartitionUnderTest(target, cc, unique.topic(), unique.group()).open({"share.auto.offset.reset": "earliest"})
         sp.produce([b"v%d" % i for i in range(10)])
         leader = next(t for t in cc.refresh([sp.topic]).topics if t.name == sp.topic).partitions[0].leader_id
@@ -294,7 +294,7 @@ def test_group_size_is_capped_by_group_share_max_size(target, unique):
     if cap > MAX_SIZE_WE_FILL:
         raise NotSupportedByTarget(f"group.share.max.size={cap}: lower the broker setting group.share.max.size "
                                    f"to at most {MAX_SIZE_WE_FILL} to run this test")
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         topic, _ = new_topic(target, cc, unique, 1)
         group = unique.group()
         coord = coordinator(cc, group)
@@ -315,7 +315,7 @@ def test_share_groups_are_not_capped_at_the_kips_max_groups(target, unique, reco
     """The KIP's group.share.max.groups (default 10) was removed in Kafka 4.1
     (DIV-93201): 11 share groups each take a member."""
     require_share_groups(target)
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         topic, _ = new_topic(target, cc, unique, 1)
         for i in range(KIP_MAX_GROUPS + 1):
             group = unique.group()
@@ -331,7 +331,7 @@ def test_share_groups_are_not_capped_at_the_kips_max_groups(target, unique, reco
 def test_two_share_groups_on_one_topic_are_independent(target, unique):
     """Groups G and H read one partition: each gets all 5 records with count 1; G accepting
     them changes nothing for H, and H releasing them redelivers them to H (count 2) only."""
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         g = SharePartitionUnderTest(target, cc, unique.topic(), unique.group()).open()
         h = SharePartitionUnderTest(target, cc, g.topic, unique.group())
         h.tid = g.tid

@@ -13,21 +13,21 @@ import time
 
 import pytest
 
-from conformance import wire_ops
-from conformance.share_ops import (
+from clients import wire
+from clients.share import (
     ACCEPT, ACKNOWLEDGED, ARCHIVED, AVAILABLE, READ_SHARE_GROUP_STATE, REJECT, RELEASE, E,
     SharePartitionUnderTest, ack_codes, acquired, delivery_counts, effective_spso, partition_data, persisted_states,
     require_share_groups, set_group_configs_if_known,
 )
 from conformance.suites import require_nodes
-from fixtures.target import NotSupportedByTarget
+from targets.target import NotSupportedByTarget
 from reference_impl.protocol import records as r
 from reference_impl.protocol.api_keys import ApiKey
 
 
 @pytest.fixture
 def sp(target, unique):
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         yield SharePartitionUnderTest(target, cc, unique.topic(), unique.group())
 
 
@@ -197,12 +197,12 @@ def test_acquired_records_come_back_after_a_leader_change(target, unique, record
     kafka-native and testcontainers alike)."""
     require_share_groups(target)
     require_nodes(target, 3)
-    if target.kind == "librdkafka-mock":  # fixtures/librdkafka_mock.py: kill_node moves no leadership
+    if target.kind == "librdkafka-mock":  # targets/librdkafka_mock.py: kill_node moves no leadership
         raise NotSupportedByTarget("the mock does not move partition leadership away from a down broker")
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         sp = SharePartitionUnderTest(target, cc, unique.topic(), unique.group())
         if target.capabilities().supports_api(ApiKey.CREATE_TOPICS):
-            assert wire_ops.create_topic(cc, sp.topic, 1, replication=3) == E.none
+            assert wire.create_topic(cc, sp.topic, 1, replication=3) == E.none
         else:
             target.provision_topic(sp.topic, 1)  # librdkafka's mock: replicated to min(3, brokers)
         sp.tid = sp.wait_topic_id()
@@ -231,8 +231,8 @@ def test_acquired_records_come_back_after_a_leader_change(target, unique, record
                 record_property("redelivery", {"counts": sorted(set(got.values())), "seconds": round(time.monotonic() - t0, 1),
                                                "before_lock_expiry_s": round(before_expiry, 1)})
                 leader = alive.leader_for(sp.topic, 0)
-                log = {"earliest": int(wire_ops.list_offset(leader, sp.topic, 0, -2).offset),
-                       "latest": int(wire_ops.list_offset(leader, sp.topic, 0, -1).offset)}
+                log = {"earliest": int(wire.list_offset(leader, sp.topic, 0, -2).offset),
+                       "latest": int(wire.list_offset(leader, sp.topic, 0, -1).offset)}
                 record_property("new_leader_log", log)
                 assert log["earliest"] <= base, f"the new leader's log starts at {log['earliest']}: the records were lost by the log"
                 assert set(got) == set(range(base, base + 10)), f"the accepted {seed} or the acquired {base}..{base + 9}: {got}"

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import pytest
 
-from conformance import wire_ops
-from conformance.share_ops import (
+from clients import wire
+from clients.share import (
     ACCEPT, E, SharePartitionUnderTest, ShareSession, ack_codes, alter_group_configs, delivery_counts, partition_data,
 )
-from fixtures.target import NotSupportedByTarget
+from targets.target import NotSupportedByTarget
 from reference_impl.client.transactional_producer import TransactionalProducer
 from reference_impl.protocol import records as r
 from reference_impl.protocol.api_keys import ApiKey
@@ -23,7 +23,7 @@ from reference_impl.protocol.api_keys import ApiKey
 
 @pytest.fixture
 def sp(target, unique):
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         yield SharePartitionUnderTest(target, cc, unique.topic(), unique.group())
 
 

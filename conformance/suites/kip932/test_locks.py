@@ -15,19 +15,20 @@ import time
 
 import pytest
 
-from conformance import target_limits, wire_ops
-from conformance.share_ops import (
+from conformance import target_limits
+from clients import wire
+from clients.share import (
     ACCEPT, RENEW, E, SharePartitionUnderTest, ack_codes, acquired, delivery_counts, require_share_version,
     set_group_configs_if_known,
 )
-from fixtures.target import NotSupportedByTarget
+from targets.target import NotSupportedByTarget
 
 WANTED_LOCK_MS = 1000
 
 
 @pytest.fixture
 def sp(target, unique):
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         yield SharePartitionUnderTest(target, cc, unique.topic(), unique.group())
 
 

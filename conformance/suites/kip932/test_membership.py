@@ -20,12 +20,12 @@ from typing import Any, Callable
 
 import pytest
 
-from conformance import client_ops, share_ops, wire_ops
-from conformance.share_ops import (E, RETRIABLE_COORDINATOR_ERRORS, SHARE_GROUP_DESCRIBE, eventually, new_member_id,
+from clients import confluent, share, wire
+from clients.share import (E, RETRIABLE_COORDINATOR_ERRORS, SHARE_GROUP_DESCRIBE, eventually, new_member_id,
                                     share_ack, share_fetch)
 from conformance.suites import require_api
 from conformance.suites.kip932.test_sessions import record, record_side, require_share_groups
-from fixtures.target import NotSupportedByTarget, Target
+from targets.target import NotSupportedByTarget, Target
 from reference_impl.client.raw_client import ClusterClient, RawClient
 from reference_impl.protocol.api_keys import ApiKey
 
@@ -49,7 +49,7 @@ def beat(node: RawClient, group: str, member: str, epoch: int, topics: list[str]
     """One ShareGroupHeartbeat; the retriable coordinator answers of a fresh Kafka retried."""
     deadline = time.monotonic() + 15
     while True:
-        resp = share_ops.heartbeat(node, group, member, epoch, topics)
+        resp = share.heartbeat(node, group, member, epoch, topics)
         if resp.error_code not in RETRIABLE_COORDINATOR_ERRORS or time.monotonic() > deadline:
             return resp
         time.sleep(0.2)
@@ -100,8 +100,8 @@ def beat_until(members: list[Member], predicate: Callable[[], bool], timeout_s: 
 
 def new_topic(target: Target, cc: ClusterClient, unique, partitions: int) -> tuple[str, uuid.UUID]:
     topic = unique.topic()
-    client_ops.create_topic(target, topic, partitions)
-    return topic, wire_ops.topic_ids(cc, topic).topic_id
+    confluent.create_topic(target, topic, partitions)
+    return topic, wire.topic_ids(cc, topic).topic_id
 
 
 def sharing(members: list[Member], tid: uuid.UUID, partitions: int) -> dict[int, int]:
@@ -120,10 +120,10 @@ def balanced(members: list[Member], tid: uuid.UUID, partitions: int) -> bool:
 def classic_join(node: RawClient, group: str, topic: str, member_id: str = "") -> Any:
     """JoinGroup of a classic consumer-protocol member, at most v5 (librdkafka's mock drops
     the connection on the flexible v6 request); follows MEMBER_ID_REQUIRED once."""
-    req = wire_ops.Req(node, wire_ops.JOIN_GROUP, 5, lowest=4)
-    protocol = req.part("JoinGroupRequestProtocol", name="range", metadata=wire_ops._consumer_subscription(topic))
+    req = wire.Req(node, wire.JOIN_GROUP, 5, lowest=4)
+    protocol = req.part("JoinGroupRequestProtocol", name="range", metadata=wire._consumer_subscription(topic))
     for _ in range(2):
-        resp = req.send(group_id=group, session_timeout=wire_ops.ms(10_000), rebalance_timeout=wire_ops.ms(10_000),
+        resp = req.send(group_id=group, session_timeout=wire.ms(10_000), rebalance_timeout=wire.ms(10_000),
                         member_id=member_id, group_instance_id=None, protocol_type="consumer",
                         protocols=(protocol,))
         if resp.error_code != E.member_id_required:
@@ -143,7 +143,7 @@ def describe(node: RawClient, group: str) -> Any:
 @pytest.mark.requirement("KIP-932.HB.001", "KIP-932.HB.002", "KIP-932.GROUP.004", "KIP-932.HB.006")
 def test_join_assignment_and_leave(target, unique, request):
     require_share_groups(target)
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         topic, tid = new_topic(target, cc, unique, 2)
         group = unique.group()
         m = Member(coordinator(cc, group), group, [topic])
@@ -172,7 +172,7 @@ def test_heartbeat_request_errors(target, unique, request):
     """An empty member id on a join is INVALID_REQUEST with v1 (the KIP has the coordinator
     assign ids; finding 1), as are an empty group id and a join without subscriptions."""
     require_share_groups(target)
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         topic, _ = new_topic(target, cc, unique, 1)
         group = unique.group()
         coord = coordinator(cc, group)
@@ -187,7 +187,7 @@ def test_heartbeat_request_errors(target, unique, request):
         assert beat(coord, group, new_member_id(), 1).error_code == E.unknown_member_id
         others = [n for n in sorted(cc.nodes) if cc.node(n) is not coord]
         if others:
-            wrong = share_ops.heartbeat(cc.node(others[0]), group, new_member_id(), 0, [topic])
+            wrong = share.heartbeat(cc.node(others[0]), group, new_member_id(), 0, [topic])
             assert wrong.error_code == E.not_coordinator, wrong
         m.leave()
 
@@ -197,7 +197,7 @@ def test_wrong_member_epoch_is_fenced(target, unique, request):
     """FENCED_MEMBER_EPOCH is not in the KIP's error list (finding 7); Kafka answers it for
     an epoch the member never had and accepts the previous epoch (a lost response)."""
     require_share_groups(target)
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         topic, tid = new_topic(target, cc, unique, 2)
         group = unique.group()
         coord = coordinator(cc, group)
@@ -240,7 +240,7 @@ def settle(members: list[Member], tid: uuid.UUID, partitions: int, timeout_s: fl
 @pytest.mark.requirement("KIP-932.ASSIGN.001", "KIP-932.ASSIGN.004")
 def test_assignment_covers_every_partition_over_joins_and_leaves(target, unique, request):
     require_share_groups(target)
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         topic, tid = new_topic(target, cc, unique, 4)
         group = unique.group()
         coord = coordinator(cc, group)
@@ -266,7 +266,7 @@ def test_more_members_than_partitions_leave_no_member_idle(target, unique, reque
     """The KIP's example: 8 members on 4 partitions; partitions are shared so that every
     member has at least one."""
     require_share_groups(target)
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         topic, tid = new_topic(target, cc, unique, 4)
         group = unique.group()
         coord = coordinator(cc, group)
@@ -285,7 +285,7 @@ def test_members_are_spread_evenly_over_partitions(target, unique, request):
     members); the KIP's hashing only aims at it (finding 3). 3 then 8 members on 4
     partitions: 1 member per partition, then 2 (the KIP's example)."""
     require_share_groups(target)
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         topic, tid = new_topic(target, cc, unique, 4)
         group = unique.group()
         coord = coordinator(cc, group)
@@ -315,7 +315,7 @@ def require_describe(target: Target) -> None:
 def test_group_epochs_and_states(target, unique):
     require_share_groups(target)
     require_describe(target)
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         topic, tid = new_topic(target, cc, unique, 2)
         topic2, tid2 = new_topic(target, cc, unique, 1)
         group = unique.group()
@@ -372,10 +372,10 @@ def test_group_epochs_and_states(target, unique):
 @pytest.mark.requirement("KIP-932.HB.004")
 def test_heartbeat_interval_follows_the_group_config(target, unique):
     require_share_groups(target)
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         topic, _ = new_topic(target, cc, unique, 1)
         group = unique.group()
-        share_ops.set_group_configs(cc, group, {"share.heartbeat.interval.ms": "8000"})
+        share.set_group_configs(cc, group, {"share.heartbeat.interval.ms": "8000"})
         m = Member(coordinator(cc, group), group, [topic])
         assert m.beat().heartbeat_interval.total_seconds() * 1000 == 8000
         other = unique.group()
@@ -395,7 +395,7 @@ def short_session_target(target: Target):
     timeout (the `reference` target uses Kafka's 45 s). Kafka: the target itself, when
     started with a short group.share.session.timeout.ms."""
     if target.kind == "reference":
-        from fixtures.reference_target import reference_target_config
+        from targets.reference_target import reference_target_config
         from reference_impl.server.broker_server import ThreadedReferenceCluster
 
         config = dataclasses.replace(reference_target_config(), group_share_session_timeout_ms=SHORT_SESSION_MS,
@@ -419,11 +419,11 @@ def test_silent_member_is_removed_after_the_session_timeout(target, unique, requ
         # The private reference cluster is plaintext; a Kafka target brings its own security.
         with (ClusterClient(cluster.bootstrap_servers) if cluster is not None else target.cluster_client()) as cc:
             topic = unique.topic()
-            assert wire_ops.create_topic(cc, topic, 2) == E.none
+            assert wire.create_topic(cc, topic, 2) == E.none
             deadline = time.monotonic() + 15
-            while not wire_ops.topic_ids(cc, topic).partitions and time.monotonic() < deadline:
+            while not wire.topic_ids(cc, topic).partitions and time.monotonic() < deadline:
                 time.sleep(0.1)
-            tid = wire_ops.topic_ids(cc, topic).topic_id
+            tid = wire.topic_ids(cc, topic).topic_id
             group = unique.group()
             coord = coordinator(cc, group)
             a, b = Member(coord, group, [topic]), Member(coord, group, [topic])
@@ -458,7 +458,7 @@ def test_share_and_classic_groups_cannot_take_each_others_ids(target, unique, re
     group"), the KIP's text suggests INCONSISTENT_GROUP_PROTOCOL (finding 2); JoinGroup on a
     share group is INCONSISTENT_GROUP_PROTOCOL on both."""
     require_share_groups(target)
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         topic, _ = new_topic(target, cc, unique, 1)
         classic = unique.group()
         coord = coordinator(cc, classic)
@@ -482,7 +482,7 @@ def test_share_and_classic_groups_cannot_take_each_others_ids(target, unique, re
 def test_describe_of_the_other_group_type_finds_no_group(target, unique):
     require_share_groups(target)
     require_describe(target)
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         topic, _ = new_topic(target, cc, unique, 1)
         classic = unique.group()
         coord = coordinator(cc, classic)

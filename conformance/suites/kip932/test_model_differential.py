@@ -27,7 +27,8 @@ from collections import Counter
 
 import pytest
 
-from conformance import share_ops, target_limits
+from conformance import target_limits
+from clients import share
 from conformance.share_model_machine import (
     LOCK_MS,
     ExistingCluster,
@@ -36,7 +37,7 @@ from conformance.share_model_machine import (
     default_settings,
     run_machine,
 )
-from fixtures.target import NotSupportedByTarget
+from targets.target import NotSupportedByTarget
 from reference_impl.protocol.api_keys import ApiKey
 
 REQUIREMENTS = (
@@ -84,8 +85,8 @@ def _require_machine_lock(target) -> None:
 @pytest.mark.slow
 @pytest.mark.requirement(*REQUIREMENTS)
 def test_share_partition_matches_model_and_reference(target, capabilities, unique, record_property):
-    share_ops.require_share_groups(target)
-    if not capabilities.supports_api(share_ops.INCREMENTAL_ALTER_CONFIGS):
+    share.require_share_groups(target)
+    if not capabilities.supports_api(share.INCREMENTAL_ALTER_CONFIGS):
         raise NotSupportedByTarget("group configs cannot be set (no IncrementalAlterConfigs): the machine "
                                    "needs share.auto.offset.reset=earliest and a 2000 ms record lock")
     _require_machine_lock(target)

@@ -20,13 +20,13 @@ from typing import Iterator
 
 import pytest
 
-from conformance import client_ops, share_ops, wire_ops
-from conformance.share_ops import (
+from clients import confluent, share, wire
+from clients.share import (
     ACCEPT, RELEASE, E, SHARE_ACKNOWLEDGE, SHARE_FETCH, SHARE_GROUP_HEARTBEAT, ack_codes, acquired, delivery_counts,
     offsets, partition_data, share_ack, share_fetch,
 )
 from conformance.suites import require_api, require_feature
-from fixtures.target import NotSupportedByTarget, Target
+from targets.target import NotSupportedByTarget, Target
 from reference_impl.client.raw_client import ClusterClient, RawClient
 
 MAX_EPOCH = 2**31 - 1
@@ -51,7 +51,7 @@ def require_share_groups(target: Target) -> None:
         require_feature(caps, "share.version", 1)
 
 
-produce_now = share_ops.produce_values
+produce_now = share.produce_values
 
 
 @dataclass
@@ -73,7 +73,7 @@ class ShareSetup:
         return self.cc.leader_for(self.topic, p)
 
     def leader_id(self, p: int = 0) -> int:
-        t = wire_ops.topic_ids(self.cc, self.topic)
+        t = wire.topic_ids(self.cc, self.topic)
         return int(next(x.leader_id for x in t.partitions if x.partition_index == p))
 
     def produce(self, n: int, p: int = 0, prefix: str = "v") -> int:
@@ -81,15 +81,15 @@ class ShareSetup:
 
     def join(self) -> str:
         """A new member, joined and holding an assignment."""
-        return share_ops.join_share_group(self.cc, self.group, [self.topic])[0]
+        return share.join_share_group(self.cc, self.group, [self.topic])[0]
 
     def join_once(self) -> str:
         """A new member after one ShareGroupHeartbeat: share-partition leaders do not ask
         whether a member is assigned the partition it fetches (and one partition need not
         be shared with every member)."""
-        member = share_ops.new_member_id()
+        member = share.new_member_id()
         coord = self.cc.coordinator_for(self.group, 0, wait_s=30)
-        resp = share_ops.heartbeat(coord, self.group, member, 0, [self.topic])
+        resp = share.heartbeat(coord, self.group, member, 0, [self.topic])
         assert resp.error_code == E.none, resp
         return member
 
@@ -102,16 +102,16 @@ def share_setup(target: Target, unique, partitions: int = 1, configs: dict[str, 
     open their session before producing, so the default `latest` works as well."""
     require_share_groups(target)
     topic, group = unique.topic(), unique.group()
-    client_ops.create_topic(target, topic, partitions)
-    with wire_ops.cluster_client(target) as cc:
+    confluent.create_topic(target, topic, partitions)
+    with wire.cluster_client(target) as cc:
         if configs:
-            share_ops.set_group_configs(cc, group, {"share.auto.offset.reset": "earliest", **configs})
+            share.set_group_configs(cc, group, {"share.auto.offset.reset": "earliest", **configs})
         else:
             try:
-                share_ops.set_group_configs(cc, group, {"share.auto.offset.reset": "earliest"})
+                share.set_group_configs(cc, group, {"share.auto.offset.reset": "earliest"})
             except NotSupportedByTarget:
                 pass  # e.g. librdkafka's mock: sessions are opened before producing
-        tid = wire_ops.topic_ids(cc, topic).topic_id
+        tid = wire.topic_ids(cc, topic).topic_id
         s = ShareSetup(target, cc, topic, tid, group, "")
         if join:
             s.member = s.join()
@@ -125,7 +125,7 @@ def open_and_acquire(s: ShareSetup, node: RawClient, member: str, n: int = 10, p
     assert first.error_code == E.none, first
     assert acquired(first) == [], f"nothing was produced yet, but the epoch-0 fetch acquired {acquired(first)}"
     s.produce(n, p)
-    got, epoch = share_ops.fetch_until(node, s.group, member, 1, [s.part(p)], n)
+    got, epoch = share.fetch_until(node, s.group, member, 1, [s.part(p)], n)
     assert sorted(o for f, l, _ in got for o in range(f, l + 1)) == list(range(n)), got
     return got, epoch
 
@@ -137,7 +137,7 @@ def counts_of(ranges: list[tuple[int, int, int]]) -> dict[int, int]:
 def drain(node: RawClient, s: ShareSetup, member: str, epoch: int, want: int, wait_s: float = 10.0,
           p: int = 0) -> tuple[dict[int, int], int]:
     """Fetch on an open session until `want` offsets came; offset -> delivery count."""
-    got, epoch = share_ops.fetch_until(node, s.group, member, epoch, [s.part(p)], want, wait_s)
+    got, epoch = share.fetch_until(node, s.group, member, epoch, [s.part(p)], want, wait_s)
     return counts_of(got), epoch
 
 
@@ -167,7 +167,7 @@ def test_epoch_zero_opens_and_incremental_fetch_serves_the_session(target, uniqu
         assert partition_data(resp, s.tid).acknowledge_error_code == E.none
         more, epoch = list(acquired(resp)), epoch + 1
         if sum(l - f + 1 for f, l, _ in more) < 5:
-            extra, epoch = share_ops.fetch_until(node, s.group, s.member, epoch, [], 5 - sum(l - f + 1 for f, l, _ in more))
+            extra, epoch = share.fetch_until(node, s.group, s.member, epoch, [], 5 - sum(l - f + 1 for f, l, _ in more))
             more += extra
         assert sorted(counts_of(more)) == list(range(10, 15)), more
 
@@ -247,7 +247,7 @@ def test_final_epoch_without_a_session(target, unique):
         node = s.leader()
         assert share_fetch(node, s.group, s.member, -1).error_code == E.share_session_not_found
         assert share_ack(node, s.group, s.member, -1, {}).error_code == E.share_session_not_found
-        stranger = share_ops.new_member_id()
+        stranger = share.new_member_id()
         assert share_fetch(node, s.group, stranger, -1).error_code == E.share_session_not_found
         assert share_ack(node, s.group, stranger, -1, {}).error_code == E.share_session_not_found
 
@@ -442,7 +442,7 @@ def test_session_cap_refuses_new_sessions_and_keeps_existing_ones(target, unique
         refusal = None
         try:
             for _ in range(cap + 1):
-                member = share_ops.new_member_id()
+                member = share.new_member_id()
                 resp = share_fetch(node, s.group, member, 0, [])
                 if resp.error_code != E.none:
                     refusal = resp.error_code
@@ -454,7 +454,7 @@ def test_session_cap_refuses_new_sessions_and_keeps_existing_ones(target, unique
             assert 0 < len(opened) <= cap
             assert share_fetch(node, s.group, opened[0], 1, []).error_code == E.none
             assert share_fetch(node, s.group, opened[-1], -1).error_code == E.none
-            newcomer = share_ops.new_member_id()
+            newcomer = share.new_member_id()
             opened.append(newcomer)
             assert share_fetch(node, s.group, newcomer, 0, []).error_code == E.none
         finally:

@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import IllegalStateException, Producer
 from confluent_kafka import ShareConsumer as ConfluentShareConsumer
 
-from conformance import client_ops, share_ops, wire_ops
+from clients import confluent, share, wire
 from conformance.suites.kip932.test_membership import coordinator, describe
 from conformance.suites.kip932.test_sessions import require_share_groups
 
@@ -39,7 +39,7 @@ def share_consumer(target: Any, group: str, **extra: Any) -> ConfluentShareConsu
 
 
 def earliest_group(target: Any, cc, group: str) -> None:
-    share_ops.set_group_configs_if_known(cc, group, {"share.auto.offset.reset": "earliest"})
+    share.set_group_configs_if_known(cc, group, {"share.auto.offset.reset": "earliest"})
 
 
 @pytest.mark.requirement("KIP-932.CLIENT.001")
@@ -50,8 +50,8 @@ def test_share_consumer_only_subscribes_and_an_empty_subscription_leaves(target,
     require_share_groups(target)
     assert not hasattr(ConfluentShareConsumer, "assign")
     topic, group = unique.topic(), unique.group()
-    client_ops.create_topic(target, topic, 1)
-    with wire_ops.cluster_client(target) as cc:
+    confluent.create_topic(target, topic, 1)
+    with wire.cluster_client(target) as cc:
         earliest_group(target, cc, group)
         produce(target, topic, {0: 3})
         c = share_consumer(target, group)
@@ -88,8 +88,8 @@ def test_commit_sync_answers_per_partition_and_the_callback_gets_the_offsets(tar
     application thread (inside poll / commit_sync, never a background thread)."""
     require_share_groups(target)
     topic, group = unique.topic(), unique.group()
-    client_ops.create_topic(target, topic, 2)
-    with wire_ops.cluster_client(target) as cc:
+    confluent.create_topic(target, topic, 2)
+    with wire.cluster_client(target) as cc:
         earliest_group(target, cc, group)
     produce(target, topic, {0: 2, 1: 2})
     c = share_consumer(target, group, **{"share.acknowledgement.mode": "explicit"})

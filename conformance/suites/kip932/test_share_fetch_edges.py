@@ -15,8 +15,8 @@ import uuid
 
 import pytest
 
-from conformance import share_ops, wire_ops
-from conformance.share_ops import (
+from clients import share, wire
+from clients.share import (
     ACCEPT, RELEASE, E, SharePartitionUnderTest, ShareSession, acquired, delivery_counts, partition_data,
     produce_values,
 )
@@ -27,7 +27,7 @@ DEADLINE_S = 20.0
 
 @pytest.fixture
 def sp(target, unique):
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         yield SharePartitionUnderTest(target, cc, unique.topic(), unique.group())
 
 
@@ -86,7 +86,7 @@ def test_max_wait_bounds_an_empty_fetch_and_a_produce_ends_it(sp, target):
     thread = threading.Thread(target=fetch_long, daemon=True)
     thread.start()
     time.sleep(0.5)
-    with wire_ops.cluster_client(target) as other:  # its own connection: the session's is busy
+    with wire.cluster_client(target) as other:  # its own connection: the session's is busy
         base = produce_values(other, sp.topic, [b"late"])
     thread.join(40)
     assert not thread.is_alive(), "the long ShareFetch never answered"
@@ -101,9 +101,9 @@ def test_share_fetch_to_a_follower_names_the_leader(target, unique):
     sent to a follower answers NOT_LEADER_OR_FOLLOWER with CurrentLeader = the leader and
     the leader's endpoint in NodeEndpoints, and acquires nothing."""
     require_nodes(target, 2)
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         sp = SharePartitionUnderTest(target, cc, unique.topic(), unique.group())
-        code = wire_ops.create_topic(cc, sp.topic, 1, replication=min(3, len(target.node_ids)))
+        code = wire.create_topic(cc, sp.topic, 1, replication=min(3, len(target.node_ids)))
         assert code == E.none, E(code)
         sp.tid = sp.wait_topic_id()
         pm = next(t for t in cc.refresh([sp.topic]).topics if t.name == sp.topic).partitions[0]
@@ -153,9 +153,9 @@ def test_piggybacked_release_on_two_partitions_is_reacquired_in_the_same_respons
     acquirable. Kafka may answer as soon as one partition has data (DelayedShareFetch returns
     what it could acquire), so a partition absent from that response must come back on the
     next fetches, still at count 2."""
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         sp = SharePartitionUnderTest(target, cc, unique.topic(), unique.group(), partitions=6).open()
-        parts = share_ops.two_partitions_of_one_leader(sp)
+        parts = share.two_partitions_of_one_leader(sp)
         keys = [sp.key(p) for p in parts]
         a = sp.member(parts[0])
         assert acquired(a.fetch(keys, max_wait_ms=200)) == []

@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 
-from conformance import client_ops, share_ops, wire_ops
-from conformance.share_ops import (
+from clients import confluent, share, wire
+from clients.share import (
     ACCEPT, ACKNOWLEDGED, ARCHIVED, AVAILABLE, REJECT, RELEASE, RETRIABLE_COORDINATOR_ERRORS,
     SHARE_COORDINATOR_KEY_TYPE, E, SharePartitionUnderTest, ack_codes, effective_spso, kafka_uuid, leader_epoch,
     nested, persisted_states,
 )
 from conformance.suites.kip932.test_share_surface import KIP_ERROR_CODES
-from fixtures.target import NotSupportedByTarget
+from targets.target import NotSupportedByTarget
 from reference_impl.client.raw_client import ClusterClient
 from reference_impl.protocol.api_keys import ApiKey
 
@@ -37,7 +37,7 @@ UNINITIALISED = (E.unknown_topic_or_partition, E.group_id_not_found, E.invalid_r
 
 @pytest.fixture
 def sp(target, unique):
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         yield SharePartitionUnderTest(target, cc, unique.topic(), unique.group())
 
 
@@ -94,7 +94,7 @@ def as_tuple(state: Any) -> tuple:
 
 
 def eventually(check, wait_s: float = WAIT_S) -> Any:
-    return share_ops.eventually(check, wait_s)
+    return share.eventually(check, wait_s)
 
 
 def accepted_two(sp: SharePartitionUnderTest) -> None:
@@ -222,7 +222,7 @@ def test_every_subscribed_partition_is_initialised_and_repeating_it_is_harmless(
     require_state_rpcs(target, READ, INIT)
     from conformance.suites.kip932.test_membership import Member, beat_until, coordinator
 
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         sp = SharePartitionUnderTest(target, cc, unique.topic(), unique.group(), partitions=3).open()
         m = Member(coordinator(cc, sp.group), sp.group, [sp.topic])
         m.beat()
@@ -276,7 +276,7 @@ def test_state_is_deleted_with_its_topic(sp, target):
     accepted_two(sp)
     old = sp.tid
     eventually(lambda: _ok(read(sp.cc, sp.group, old)))
-    admin = client_ops.admin(target)
+    admin = confluent.admin(target)
     admin.delete_topics([sp.topic], operation_timeout=30)[sp.topic].result(30)
 
     def gone() -> None:
@@ -287,7 +287,7 @@ def test_state_is_deleted_with_its_topic(sp, target):
     deadline = time.monotonic() + 60
     while True:
         try:
-            client_ops.create_topic(target, sp.topic, 1)
+            confluent.create_topic(target, sp.topic, 1)
             break
         except Exception:  # noqa: BLE001 - Kafka refuses the name while the deletion completes
             if time.monotonic() > deadline:

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from conformance import client_ops, wire_ops
-from conformance.share_ops import (
+from clients import confluent, wire
+from clients.share import (
     ACCEPT, E, SharePartitionUnderTest, ack_codes, alter_group_configs, new_member_id, share_fetch,
 )
 from conformance.suites.kip932.test_sessions import require_share_groups
-from fixtures.target import NotSupportedByTarget
+from targets.target import NotSupportedByTarget
 from reference_impl.protocol.api_keys import ApiKey
 
 SHARE_RPCS = (ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_DESCRIBE, ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE)
@@ -55,7 +55,7 @@ def broker_entries(target: Any) -> dict[str, Any]:
     """DescribeConfigs BROKER of the first broker (confluent admin): name -> ConfigEntry."""
     from confluent_kafka.admin import ConfigResource, ResourceType
 
-    admin = client_ops.admin(target)
+    admin = confluent.admin(target)
     broker = sorted(admin.list_topics(timeout=15).brokers)[0]
     res = ConfigResource(ResourceType.BROKER, str(broker))
     try:
@@ -102,7 +102,7 @@ def test_the_kips_error_codes_have_their_numbers_on_the_wire(target, unique):
     """SHARE_SESSION_NOT_FOUND (an incremental ShareFetch without a session), INVALID_SHARE_
     SESSION_EPOCH (a skipped epoch) and INVALID_RECORD_STATE (acknowledging a record twice)
     arrive as 122, 123 and 121, the numbers in the KIP's table."""
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         sp = SharePartitionUnderTest(target, cc, unique.topic(), unique.group()).open()
         a = sp.primed_member()
         leader = cc.leader_for(sp.topic, 0)
@@ -136,7 +136,7 @@ def test_lock_duration_bounds_are_described_and_enforced(target, unique, record_
     lo = int(entries["group.share.min.record.lock.duration.ms"].value)
     hi = int(entries["group.share.max.record.lock.duration.ms"].value)
     assert lo <= hi
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         group = unique.group()
         for value, refused in ((lo - 1, True), (hi + 1, True), (lo, False), (hi, False)):
             code, message = alter_group_configs(cc, group, {"share.record.lock.duration.ms": str(value)})
@@ -162,7 +162,7 @@ def test_share_state_topic_and_coordinator_settings(target, unique, record_prope
         value = int(entries[name].value)
         record_property(name, [value, kip_default])
         assert value > 0, (name, value)
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         sp = SharePartitionUnderTest(target, cc, unique.topic(), unique.group()).open()
         a = sp.primed_member()
         base = sp.produce([b"v"])
@@ -173,7 +173,7 @@ def test_share_state_topic_and_coordinator_settings(target, unique, record_prope
         assert len(md.partitions) == int(entries["share.coordinator.state.topic.num.partitions"].value)
     from confluent_kafka.admin import ConfigResource, ResourceType
 
-    admin = client_ops.admin(target)
+    admin = confluent.admin(target)
     res = ConfigResource(ResourceType.TOPIC, STATE_TOPIC)
     topic_cfg = admin.describe_configs([res], request_timeout=15)[res].result(15)
     record_property("state_topic_configs", {k: topic_cfg[k].value for k in ("cleanup.policy", "retention.ms")})

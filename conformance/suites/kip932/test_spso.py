@@ -15,19 +15,19 @@ import time
 
 import pytest
 
-from conformance import client_ops, wire_ops
-from conformance.share_ops import (
+from clients import confluent, wire
+from clients.share import (
     ACCEPT, RELEASE, E, SharePartitionUnderTest, ShareSession, ack_codes,
     alter_group_configs, delivery_counts, effective_spso, heartbeat, require_share_groups,
 )
-from fixtures.target import NotSupportedByTarget
+from targets.target import NotSupportedByTarget
 from reference_impl.protocol import records as r
 from reference_impl.protocol.api_keys import ApiKey
 
 
 @pytest.fixture
 def sp(target, unique):
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         yield SharePartitionUnderTest(target, cc, unique.topic(), unique.group())
 
 
@@ -65,7 +65,7 @@ def test_spso_earliest_delivers_existing_records(sp):
 
 
 def produce_at(sp: SharePartitionUnderTest, values: list[bytes], timestamp_ms: int) -> int:
-    resp = wire_ops.produce(sp.cc.leader_for(sp.topic, 0), sp.topic, 0, r.build_batch(values, timestamp_ms=timestamp_ms))
+    resp = wire.produce(sp.cc.leader_for(sp.topic, 0), sp.topic, 0, r.build_batch(values, timestamp_ms=timestamp_ms))
     assert resp.error_code == E.none, resp
     return int(resp.base_offset)
 
@@ -110,7 +110,7 @@ def test_added_partition_starts_at_offset_zero(sp):
     a = sp.primed_member()
     from confluent_kafka.admin import NewPartitions
 
-    admin = client_ops.admin(sp.target)  # kept referenced until the future resolves
+    admin = confluent.admin(sp.target)  # kept referenced until the future resolves
     admin.create_partitions([NewPartitions(sp.topic, 2)])[sp.topic].result(30)
     deadline = time.monotonic() + 15
     while True:  # wait for partition 1's leader
@@ -191,7 +191,7 @@ def delete_records_before(sp: SharePartitionUnderTest, offset: int) -> None:
     """DeleteRecords (the log start offset of partition 0 moves to `offset`)."""
     from confluent_kafka import TopicPartition
 
-    admin = client_ops.admin(sp.target)  # kept referenced until the future resolves
+    admin = confluent.admin(sp.target)  # kept referenced until the future resolves
     futures = admin.delete_records([TopicPartition(sp.topic, 0, offset)])
     for f in futures.values():
         assert f.result(30).low_watermark == offset

@@ -1,7 +1,7 @@
 """KIP-98 suite: idempotence, commit/abort visibility, last stable offset.
 
 Wire-level helpers for the transaction APIs (InitProducerId, AddPartitionsToTxn, EndTxn)
-in the style of `conformance.wire_ops`: one request, at a version both sides support,
+in the style of `clients.wire`: one request, at a version both sides support,
 the decoded answer returned as is. Transactions driven through them use protocol v1
 (AddPartitionsToTxn <= v3, EndTxn <= v4, Produce <= v11), which every broker that has
 transactions accepts; TV2 is exercised through the reference client.
@@ -15,8 +15,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as E
 
-from conformance.wire_ops import TXN_COORDINATOR_KEY_TYPE, Req, fetch, list_offset, ms
-from fixtures.target import NotSupportedByTarget
+from clients.wire import TXN_COORDINATOR_KEY_TYPE, Req, fetch, list_offset, ms
+from targets.target import NotSupportedByTarget
 from reference_impl.client.raw_client import ClusterClient, RawClient
 from reference_impl.protocol import records
 from reference_impl.protocol.api_keys import ApiKey
@@ -240,9 +240,9 @@ def fetch_all(cc: ClusterClient, leader: RawClient, topic: str, partition: int =
 def create_ready_topic(target: Any, cc: ClusterClient, topic: str, partitions: int = 1, timeout_s: float = 20.0) -> None:
     """Create the topic and wait until every partition's leader answers ListOffsets (a
     freshly created partition may still refuse requests with NOT_LEADER_OR_FOLLOWER)."""
-    from conformance import client_ops
+    from clients import confluent
 
-    client_ops.create_topic(target, topic, partitions=partitions)
+    confluent.create_topic(target, topic, partitions=partitions)
     deadline = time.monotonic() + timeout_s
     for p in range(partitions):
         while True:

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode as E
 
-from conformance.acl_ops import (
+from clients.acl import (
     CLUSTER, KIP98_CLUSTER_USER, RESOURCE_USER, AclScene, Op, Res, require_authorizer, until_allowed,
 )
 from conformance.suites import require_api
@@ -34,7 +34,7 @@ from conformance.suites.kip98 import (
 )
 from conformance.suites.kip98.test_txn_admin import describe
 from conformance.suites.kip98.test_write_txn_markers import WRITE_TXN_MARKERS, write_markers
-from conformance.wire_ops import TXN_COORDINATOR_KEY_TYPE, Req, ms
+from clients.wire import TXN_COORDINATOR_KEY_TYPE, Req, ms
 from reference_impl.client.raw_client import RawClient
 from reference_impl.protocol.api_keys import ApiKey
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conformance import client_ops, wire_ops
+from clients import confluent, wire
 from conformance.suites import require_nodes
 from conformance.suites.kip98 import idem_batch, require_transactions, wait_stable
 from conformance.suites.kip98.test_fencing import (
@@ -32,7 +32,7 @@ from conformance.suites.kip98.test_fencing import (
     init_pid,
     produce_txn_ok,
 )
-from conformance.wire_ops import Req
+from clients.wire import Req
 from reference_impl.protocol.api_keys import ApiKey
 
 END_TXN = ApiKey.END_TXN
@@ -58,7 +58,7 @@ def _init_once_loaded(cc, tid: str, timeout_ms: int, wait_s: float = 30.0):
 
 def invalid_timeout_scenario(target, ids) -> dict[str, Any]:
     tid = ids.transactional_id()
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         init_ok(cc, ids.transactional_id())  # let the coordinator settle (Kafka creates __transaction_state)
         coord = coordinator(cc, tid)
         above = init_pid(coord, tid, timeout_ms=MAX_TIMEOUT_MS + 1)
@@ -91,8 +91,8 @@ def test_transaction_timeout_above_max_is_refused(differential, capabilities):
 def not_coordinator_scenario(target, ids) -> dict[str, Any]:
     tid = ids.transactional_id()
     topic = ids.topic()
-    client_ops.create_topic(target, topic)
-    with wire_ops.cluster_client(target) as cc:
+    confluent.create_topic(target, topic)
+    with wire.cluster_client(target) as cc:
         coord, init, _ = init_ok(cc, tid)
         pid, epoch = int(init.producer_id), int(init.producer_epoch)
         answers = {}
@@ -138,9 +138,9 @@ def test_transactional_requests_to_non_coordinator(differential, capabilities, t
 
 def concurrent_transactions_scenario(target, ids) -> dict[str, Any]:
     topic = ids.topic()
-    client_ops.create_topic(target, topic)
+    confluent.create_topic(target, topic)
     obs: dict[str, Any] = {}
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         leader = cc.leader_for(topic, 0)
         # 1. InitProducerId while a transaction is open: the coordinator aborts it and
         #    asks the new instance to retry (deterministic in Kafka).
@@ -209,8 +209,8 @@ def capabilities_tv(target) -> int:
 
 def invalid_state_scenario(target, ids) -> dict[str, Any]:
     topic = ids.topic()
-    client_ops.create_topic(target, topic)
-    with wire_ops.cluster_client(target) as cc:
+    confluent.create_topic(target, topic)
+    with wire.cluster_client(target) as cc:
         leader = cc.leader_for(topic, 0)
         tid = ids.transactional_id()
         coord, init, _ = init_ok(cc, tid)

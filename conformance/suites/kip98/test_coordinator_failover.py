@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from conformance import client_ops, wire_ops
+from clients import confluent, wire
 from conformance.suites import require_api
 from conformance.suites.kip98 import COORDINATOR_RETRIABLE as RETRIABLE
 from conformance.suites.kip98 import idem_batch, require_transactions, wait_stable
@@ -39,7 +39,7 @@ from conformance.suites.kip98.test_fencing import (
     init_ok,
     produce_txn_ok,
 )
-from fixtures.target import NotSupportedByTarget
+from targets.target import NotSupportedByTarget
 from kio.schema.errors import ErrorCode
 
 EXPIRATION_MAX_MS = 5_000  # longest transactional.id.expiration.ms this suite waits for
@@ -63,9 +63,9 @@ def _coordinator_node(cc, tid: str, wait_s: float) -> tuple[int, Any]:
 
 def failover_scenario(target, ids) -> dict[str, Any]:
     topic, tid = ids.topic(), ids.transactional_id()
-    client_ops.create_topic(target, topic)
+    confluent.create_topic(target, topic)
     vals = [f"open-{i}" for i in range(3)]
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         # The transaction must outlive the restart: on a loaded machine a broker restart plus
         # the load of __transaction_state took 70 s (containerized 4.4.0), past a 60 s timeout,
         # and the coordinator's timeout abort then raced the EndTxn. 5 min is within Kafka's
@@ -78,7 +78,7 @@ def failover_scenario(target, ids) -> dict[str, Any]:
     target.restart_node(node_id)  # NotSupportedByTarget where the target cannot
     obs: dict[str, Any] = {"restarted_node": node_id, "seen": [], "decision_before_success": []}
     deadline = time.monotonic() + 60
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         while True:
             try:
                 _, node = _coordinator_node(cc, tid, 5)
@@ -161,9 +161,9 @@ def expiration_scenario(target, ids, expiration_ms: int, scan_ms: int) -> dict[s
     from conformance.suites.kip98.test_txn_admin import describe, list_all
 
     topic, tid = ids.topic(), ids.transactional_id()
-    client_ops.create_topic(target, topic)
+    confluent.create_topic(target, topic)
     obs: dict[str, Any] = {}
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         coord, init, _ = init_ok(cc, tid)
         pid, epoch = int(init.producer_id), int(init.producer_epoch)
         # One committed transaction, then the id stays idle (CompleteCommit).

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from conformance import wire_ops
+from clients import wire
 from conformance.suites.kip98 import (
     READ_COMMITTED, create_ready_topic, idem_batch, plain_batch, produce_v11, require_transactions, values, wait_stable,
 )
@@ -70,7 +70,7 @@ def _commit_after_restart(target, tid: str, pid: int, epoch: int) -> tuple[int |
     """EndTxn(commit) through the retriable answers of a restarting coordinator."""
     seen: list = []
     deadline = time.monotonic() + RESOLVE_WAIT_S
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         while True:
             try:
                 _, node = _coordinator_node(cc, tid, 10)
@@ -90,7 +90,7 @@ def stable_after_restart(target, topic: str, partition: int, at_least: int = 0) 
     deadline = time.monotonic() + RESOLVE_WAIT_S
     while True:
         try:
-            with wire_ops.cluster_client(target) as cc:
+            with wire.cluster_client(target) as cc:
                 left = max(1.0, deadline - time.monotonic())
                 return wait_stable(cc.leader_for(topic, partition), topic, partition, at_least=at_least, timeout_s=left)
         except (RuntimeError, LookupError, OSError):
@@ -102,7 +102,7 @@ def stable_after_restart(target, topic: str, partition: int, at_least: int = 0) 
 def open_transactions_crash_scenario(target, unique) -> dict[str, Any]:
     topic = unique.topic()
     obs: dict[str, Any] = {}
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         create_ready_topic(target, cc, topic, partitions=len(PARTS))
         for p in PARTS:
             produce_v11(cc.leader_for(topic, p), topic, p, plain_batch([f"before-p{p}"]))
@@ -116,7 +116,7 @@ def open_transactions_crash_scenario(target, unique) -> dict[str, Any]:
     target.restart_node(node)
     obs["commit"], obs["retriable_seen"] = _commit_after_restart(target, long_tid, long_pid, long_epoch)
     obs["stable"] = {p: stable_after_restart(target, topic, p) for p in PARTS}
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         obs["committed_after"] = {p: committed_values(cc, topic, p) for p in PARTS}
     return obs
 
@@ -153,7 +153,7 @@ def read_committed_from(cc, topic: str, partition: int, start: int, max_bytes: i
     aborting: set[int] = set()
     offset, answers = start, 0
     for _ in range(200):
-        p = wire_ops.fetch(cc, leader, topic, partition, offset, isolation_level=READ_COMMITTED, max_bytes=max_bytes)
+        p = wire.fetch(cc, leader, topic, partition, offset, isolation_level=READ_COMMITTED, max_bytes=max_bytes)
         assert int(p.error_code) == 0, f"Fetch {topic}-{partition}@{offset}: error {int(p.error_code)}"
         answers += 1
         answer = {(int(a.first_offset), int(a.producer_id)) for a in (p.aborted_transactions or ())}
@@ -178,7 +178,7 @@ def read_committed_from(cc, topic: str, partition: int, start: int, max_bytes: i
 def aborted_inside_scenario(target, unique) -> dict[str, Any]:
     topic, tid = unique.topic(), unique.transactional_id()
     obs: dict[str, Any] = {}
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         create_ready_topic(target, cc, topic)
         produce_v11(cc.leader_for(topic, 0), topic, 0, plain_batch(["c0", "c1"]))  # offsets 0, 1
         coord, init, _ = init_ok(cc, tid)
@@ -190,11 +190,11 @@ def aborted_inside_scenario(target, unique) -> dict[str, Any]:
         end_txn_ok(coord, tid, pid, epoch, False)  # abort marker at 10
         wait_stable(cc.leader_for(topic, 0), topic, 0, at_least=11)
         produce_v11(cc.leader_for(topic, 0), topic, 0, plain_batch(["c2", "c3"]))  # 11, 12
-        leader = int(next(x.leader_id for x in wire_ops.topic_ids(cc, topic).partitions if x.partition_index == 0))
+        leader = int(next(x.leader_id for x in wire.topic_ids(cc, topic).partitions if x.partition_index == 0))
     target.kill_node(leader)  # NotSupportedByTarget where the target cannot
     target.restart_node(leader)
     stable_after_restart(target, topic, 0, at_least=13)
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         for start in (0, 5):
             for max_bytes in (1 << 20, 1):  # 1 byte: one batch per answer (KIP-74)
                 obs[(start, max_bytes)] = read_committed_from(cc, topic, 0, start, max_bytes)

@@ -8,7 +8,7 @@ Then B is read at read_committed. Exactly once means: B holds every record of A 
 partition in A's order, and no record of a killed (aborted) transaction.
 
 The run is recorded as a history (copier sends, commits and crashes, the seed, the final
-read) and judged by chaos.checkers.kafka_queue.check under the exactly-once policy, besides
+read) and judged by checkers.kafka_queue.check under the exactly-once policy, besides
 the direct assertions on the data.
 """
 
@@ -27,12 +27,12 @@ import pytest
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from chaos.checkers.kafka_queue import EXACTLY_ONCE, check
-from chaos.checkers.result import compose
-from chaos.history import History
-from chaos.recorder import read_jsonl
+from checkers.kafka_queue import EXACTLY_ONCE, check
+from checkers.result import compose
+from checkers.history import History
+from checkers.recorder import read_jsonl
 from chaos.workloads.copier import input_identity
-from conformance import client_ops
+from clients import confluent
 from conformance.suites import require_api, require_feature
 
 REPO = Path(__file__).resolve().parents[3]
@@ -108,7 +108,7 @@ def _seed(target, topic: str, path: Path) -> dict[int, list[str]]:
     values = {p: [f"p{p}-{i:04d}" for i in range(N_RECORDS // PARTITIONS)] for p in range(PARTITIONS)}
     msgs = [{"value": values[p][i].encode(), "partition": p}
             for i in range(N_RECORDS // PARTITIONS) for p in range(PARTITIONS)]
-    acked = client_ops.produce(target, topic, msgs, flush_between=15)
+    acked = confluent.produce(target, topic, msgs, flush_between=15)
     sends = [["send", f"{topic}-{p}", [off, m["value"].decode()]] for m, (p, off) in zip(msgs, acked)]
     _append(path, {"process": "seeder", "type": "invoke", "f": "send",
                    "value": [["send", k, v[1]] for _, k, v in sends]})
@@ -117,7 +117,7 @@ def _seed(target, topic: str, path: Path) -> dict[int, list[str]]:
 
 
 def _final_read(target, topic: str, path: Path, timeout_s: float = 30.0) -> dict[int, list[tuple[int, str]]]:
-    consumer = Consumer(client_ops.config(target, **{
+    consumer = Consumer(confluent.config(target, **{
         "group.id": "kipcheck-eos-reader", "enable.auto.commit": False, "enable.partition.eof": True,
         "isolation.level": "read_committed"}))
     keys = [f"{topic}-{p}" for p in range(PARTITIONS)]
@@ -156,8 +156,8 @@ def _history(path: Path) -> History:
 
 def run_copier_with_kills(target, unique, tmp_path: Path, client: str, transaction_version: str = "auto") -> dict:
     topic_a, topic_b, group, tid = unique.topic(), unique.topic(), unique.group(), unique.transactional_id()
-    client_ops.create_topic(target, topic_a, partitions=PARTITIONS)
-    client_ops.create_topic(target, topic_b, partitions=PARTITIONS)
+    confluent.create_topic(target, topic_a, partitions=PARTITIONS)
+    confluent.create_topic(target, topic_b, partitions=PARTITIONS)
     hist_path = tmp_path / "history.jsonl"
     values = _seed(target, topic_a, hist_path)
     rng = random.Random(SEED)

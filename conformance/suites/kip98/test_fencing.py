@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaException, Producer
 
-from conformance import client_ops, wire_ops
+from clients import confluent, wire
 from conformance.suites.kip98 import idem_batch, require_transactions, wait_stable
-from conformance.wire_ops import Req, ms
+from clients.wire import Req, ms
 from reference_impl.client.raw_client import ClusterClient, RawClient
 from reference_impl.protocol import records
 from reference_impl.protocol.api_keys import ApiKey
@@ -175,7 +175,7 @@ def read_partition(cc: ClusterClient, topic: str, partition: int, isolation_leve
     markers: list[tuple[str, int]] = []
     offset, hw, lso, aborted = 0, -1, -1, []
     for _ in range(50):
-        p = wire_ops.fetch(cc, leader, topic, partition, offset, isolation_level=isolation_level)
+        p = wire.fetch(cc, leader, topic, partition, offset, isolation_level=isolation_level)
         if int(p.error_code) != 0:
             raise AssertionError(f"Fetch {topic}-{partition} failed with {int(p.error_code)}")
         hw, lso = int(p.high_watermark), int(p.last_stable_offset)
@@ -203,7 +203,7 @@ def committed_values(cc: ClusterClient, topic: str, partition: int = 0) -> list[
     aborting: set[int] = set()
     offset = 0
     for _ in range(50):
-        p = wire_ops.fetch(cc, leader, topic, partition, offset, isolation_level=READ_COMMITTED)
+        p = wire.fetch(cc, leader, topic, partition, offset, isolation_level=READ_COMMITTED)
         assert int(p.error_code) == 0, f"Fetch failed with {int(p.error_code)}"
         for a in p.aborted_transactions or ():
             item = (int(a.first_offset), int(a.producer_id))
@@ -239,8 +239,8 @@ def transactional_producer_cls():
 
 def zombie_fencing_scenario(target, ids) -> dict[str, Any]:
     topic, tid = ids.topic(), ids.transactional_id()
-    client_ops.create_topic(target, topic)
-    with wire_ops.cluster_client(target) as cc:
+    confluent.create_topic(target, topic)
+    with wire.cluster_client(target) as cc:
         leader = cc.leader_for(topic, 0)
         coord, a, _ = init_ok(cc, tid)
         pid, a_epoch = int(a.producer_id), int(a.producer_epoch)
@@ -321,7 +321,7 @@ def test_reference_client_zombie_is_fatally_fenced(target, capabilities, unique)
 
     TransactionalProducer = transactional_producer_cls()
     topic, tid = unique.topic(), unique.transactional_id()
-    client_ops.create_topic(target, topic)
+    confluent.create_topic(target, topic)
     zombie = TransactionalProducer(target.bootstrap_servers, tid, transaction_timeout_ms=60_000, security=target.raw_security())
     fresh = TransactionalProducer(target.bootstrap_servers, tid, transaction_timeout_ms=60_000, security=target.raw_security())
     try:
@@ -352,7 +352,7 @@ def test_reference_client_zombie_is_fatally_fenced(target, capabilities, unique)
                 p.close()
             except Exception:  # noqa: BLE001 - a fenced producer may refuse a clean close
                 pass
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         leader = cc.leader_for(topic, 0)
         wait_stable(leader, topic, 0)
         assert committed_values(cc, topic, 0) == ["fresh"]
@@ -362,8 +362,8 @@ def test_reference_client_zombie_is_fatally_fenced(target, capabilities, unique)
 def test_confluent_zombie_commit_fails_fatally(target, capabilities, unique):
     require_transactions(capabilities)
     topic, tid = unique.topic(), unique.transactional_id()
-    client_ops.create_topic(target, topic)
-    cfg = client_ops.config(target, **{"transactional.id": tid, "transaction.timeout.ms": 60_000})
+    confluent.create_topic(target, topic)
+    cfg = confluent.config(target, **{"transactional.id": tid, "transaction.timeout.ms": 60_000})
     zombie, fresh = Producer(cfg), Producer(cfg)
     zombie.init_transactions(30)
     zombie.begin_transaction()
@@ -380,9 +380,9 @@ def test_confluent_zombie_commit_fails_fatally(target, capabilities, unique):
     fresh.begin_transaction()
     fresh.produce(topic, value=b"fresh", partition=0)
     fresh.commit_transaction(30)
-    got = client_ops.consume_assigned(target, topic, [0], 1, **{"isolation.level": "read_committed"})
+    got = confluent.consume_assigned(target, topic, [0], 1, **{"isolation.level": "read_committed"})
     assert [m.value() for m in got] == [b"fresh"]
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         wait_stable(cc.leader_for(topic, 0), topic, 0)
         assert committed_values(cc, topic, 0) == ["fresh"]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 
 import pytest
-from conformance import client_ops, wire_ops
+from clients import confluent, wire
 from conformance.suites import require_api
 from conformance.suites.kip98 import (
     INIT_PRODUCER_ID,
@@ -38,7 +38,7 @@ def _idempotent_session(target, ids):
     idempotent producer id, for the single-partition scenarios below."""
     _require_init_producer_id(target)
     topic = ids.topic()
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         create_ready_topic(target, cc, topic)
         err, pid, epoch = _new_pid(cc)
         assert err == 0
@@ -54,9 +54,9 @@ def _fetched_values(cc, leader, topic: str, partition: int = 0) -> list[str]:
 
 def init_pid_scenario(target, ids):
     _require_init_producer_id(target)
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         a = _new_pid(cc)
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         b = _new_pid(cc)
     return {
         "errors": [a[0], b[0]],
@@ -81,16 +81,16 @@ def test_init_producer_id_gives_distinct_ids(differential):
 def sequences_scenario(target, ids):
     _require_init_producer_id(target)
     topic = ids.topic()
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         create_ready_topic(target, cc, topic, partitions=2)
         err, pid, epoch = _new_pid(cc)
         assert err == 0
         l0, l1 = cc.leader_for(topic, 0), cc.leader_for(topic, 1)
-        first = wire_ops.produce(l0, topic, 0, idem_batch(values("s", 3), pid, epoch, 0))
-        second = wire_ops.produce(l0, topic, 0, idem_batch(values("s", 2, 3), pid, epoch, 3))
-        other = wire_ops.produce(l1, topic, 1, idem_batch(values("p", 1), pid, epoch, 0))
+        first = wire.produce(l0, topic, 0, idem_batch(values("s", 3), pid, epoch, 0))
+        second = wire.produce(l0, topic, 0, idem_batch(values("s", 2, 3), pid, epoch, 3))
+        other = wire.produce(l1, topic, 1, idem_batch(values("p", 1), pid, epoch, 0))
         leo_before = log_end(l0, topic, 0)
-        third = wire_ops.produce(l0, topic, 0, idem_batch(values("s", 4, 5), pid, epoch, 5))
+        third = wire.produce(l0, topic, 0, idem_batch(values("s", 4, 5), pid, epoch, 5))
         leo_after = log_end(l0, topic, 0)
         part0 = fetch_all(cc, l0, topic, 0)["records"]
         headers = [records.parse_batch_header(b) for b in records.split_batches(part0)[0]]
@@ -126,14 +126,14 @@ def test_sequences_start_at_zero_per_partition(differential):
 
 def duplicate_scenario(target, ids):
     with _idempotent_session(target, ids) as (cc, topic, leader, pid, epoch):
-        wire_ops.produce(leader, topic, 0, plain_batch(["n0"]))  # the producer's batches start at offset 1
+        wire.produce(leader, topic, 0, plain_batch(["n0"]))  # the producer's batches start at offset 1
         batch = idem_batch(values("d", 3), pid, epoch, 0)
-        first = wire_ops.produce(leader, topic, 0, batch)
+        first = wire.produce(leader, topic, 0, batch)
         leo_first = log_end(leader, topic)
-        retry = wire_ops.produce(leader, topic, 0, batch)  # the retry of a lost response
+        retry = wire.produce(leader, topic, 0, batch)  # the retry of a lost response
         leo_retry = log_end(leader, topic)
-        nxt = wire_ops.produce(leader, topic, 0, idem_batch(values("d", 2, 3), pid, epoch, 3))
-        retry_again = wire_ops.produce(leader, topic, 0, batch)  # still within the last 5 batches
+        nxt = wire.produce(leader, topic, 0, idem_batch(values("d", 2, 3), pid, epoch, 3))
+        retry_again = wire.produce(leader, topic, 0, batch)  # still within the last 5 batches
         vals = _fetched_values(cc, leader, topic)
     return {
         "first": [int(first.error_code), int(first.base_offset)],
@@ -159,9 +159,9 @@ def test_retried_batch_is_deduplicated(differential):
 
 def old_duplicate_scenario(target, ids):
     with _idempotent_session(target, ids) as (cc, topic, leader, pid, epoch):
-        sent = [wire_ops.produce(leader, topic, 0, idem_batch([f"w{i}"], pid, epoch, i)) for i in range(6)]
-        newest_5th = wire_ops.produce(leader, topic, 0, idem_batch(["w1"], pid, epoch, 1))
-        oldest = wire_ops.produce(leader, topic, 0, idem_batch(["w0"], pid, epoch, 0))
+        sent = [wire.produce(leader, topic, 0, idem_batch([f"w{i}"], pid, epoch, i)) for i in range(6)]
+        newest_5th = wire.produce(leader, topic, 0, idem_batch(["w1"], pid, epoch, 1))
+        oldest = wire.produce(leader, topic, 0, idem_batch(["w0"], pid, epoch, 0))
         leo = log_end(leader, topic)
         vals = _fetched_values(cc, leader, topic)
     return {
@@ -186,12 +186,12 @@ def test_duplicate_outside_the_five_batch_window(differential):
 
 def plain_duplicate_scenario(target, ids):
     topic = ids.topic()
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         create_ready_topic(target, cc, topic)
         leader = cc.leader_for(topic, 0)
         batch = plain_batch(["x0", "x1"])
-        a = wire_ops.produce(leader, topic, 0, batch)
-        b = wire_ops.produce(leader, topic, 0, batch)
+        a = wire.produce(leader, topic, 0, batch)
+        b = wire.produce(leader, topic, 0, batch)
         vals = _fetched_values(cc, leader, topic)
     return {"results": [[int(a.error_code), int(a.base_offset)], [int(b.error_code), int(b.base_offset)]], "values": vals}
 
@@ -206,13 +206,13 @@ def test_batches_without_producer_id_are_not_deduplicated(differential):
 def cross_session_scenario(target, ids):
     _require_init_producer_id(target)
     topic = ids.topic()
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         create_ready_topic(target, cc, topic)
         _, pid_a, epoch_a = _new_pid(cc)
         _, pid_b, epoch_b = _new_pid(cc)
         leader = cc.leader_for(topic, 0)
-        a = wire_ops.produce(leader, topic, 0, idem_batch(["same"], pid_a, epoch_a, 0))
-        b = wire_ops.produce(leader, topic, 0, idem_batch(["same"], pid_b, epoch_b, 0))
+        a = wire.produce(leader, topic, 0, idem_batch(["same"], pid_a, epoch_a, 0))
+        b = wire.produce(leader, topic, 0, idem_batch(["same"], pid_b, epoch_b, 0))
         vals = _fetched_values(cc, leader, topic)
     return {"pids_differ": pid_a != pid_b, "results": [[int(a.error_code), int(a.base_offset)], [int(b.error_code), int(b.base_offset)]], "values": vals}
 
@@ -230,10 +230,10 @@ def test_new_producer_session_is_not_deduplicated(differential):
 
 def gap_scenario(target, ids):
     with _idempotent_session(target, ids) as (cc, topic, leader, pid, epoch):
-        ok = wire_ops.produce(leader, topic, 0, idem_batch(values("g", 5), pid, epoch, 0))
-        gap = wire_ops.produce(leader, topic, 0, idem_batch(["g7"], pid, epoch, 7))
+        ok = wire.produce(leader, topic, 0, idem_batch(values("g", 5), pid, epoch, 0))
+        gap = wire.produce(leader, topic, 0, idem_batch(["g7"], pid, epoch, 7))
         leo = log_end(leader, topic)
-        fill = wire_ops.produce(leader, topic, 0, idem_batch(["g5"], pid, epoch, 5))
+        fill = wire.produce(leader, topic, 0, idem_batch(["g5"], pid, epoch, 5))
         vals = _fetched_values(cc, leader, topic)
     return {
         "ok": [int(ok.error_code), int(ok.base_offset)],
@@ -259,9 +259,9 @@ def test_sequence_gap_is_out_of_order(differential):
 
 def stale_epoch_scenario(target, ids):
     with _idempotent_session(target, ids) as (cc, topic, leader, pid, epoch):
-        old = wire_ops.produce(leader, topic, 0, idem_batch(["e0-0", "e0-1"], pid, epoch, 0))
-        new = wire_ops.produce(leader, topic, 0, idem_batch(["e1-0"], pid, epoch + 1, 0))
-        stale = wire_ops.produce(leader, topic, 0, idem_batch(["e0-2"], pid, epoch, 2))
+        old = wire.produce(leader, topic, 0, idem_batch(["e0-0", "e0-1"], pid, epoch, 0))
+        new = wire.produce(leader, topic, 0, idem_batch(["e1-0"], pid, epoch + 1, 0))
+        stale = wire.produce(leader, topic, 0, idem_batch(["e0-2"], pid, epoch, 2))
         leo = log_end(leader, topic)
         vals = _fetched_values(cc, leader, topic)
     return {
@@ -288,13 +288,13 @@ def test_older_epoch_rejected_after_newer_epoch(differential):
 def confluent_idempotent_scenario(target, ids):
     _require_init_producer_id(target)
     topic = ids.topic()
-    client_ops.create_topic(target, topic, partitions=2)
+    confluent.create_topic(target, topic, partitions=2)
     msgs = [{"value": f"m{i}".encode(), "partition": i % 2} for i in range(40)]
-    delivered = client_ops.produce(
+    delivered = confluent.produce(
         target, topic, msgs, flush_between=7, enable_idempotence=True, linger_ms=2, batch_num_messages=3
     )
     out: dict = {"delivered": [[p, o] for p, o in delivered], "partitions": {}}
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         for p in (0, 1):
             leader = cc.leader_for(topic, p)
             data = fetch_all(cc, leader, topic, p)["records"]
@@ -307,7 +307,7 @@ def confluent_idempotent_scenario(target, ids):
                 "pid_count": len({h.producer_id for h in hs}),
                 "magic": sorted({h.magic for h in hs}),
             }
-    consumed = client_ops.consume_assigned(target, topic, [0, 1], len(msgs))
+    consumed = confluent.consume_assigned(target, topic, [0, 1], len(msgs))
     out["consumed"] = sorted(m.value().decode() for m in consumed)
     return out
 

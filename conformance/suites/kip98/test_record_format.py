@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import Producer
 from kio.schema.errors import ErrorCode
 
-from conformance import client_ops, wire_ops
+from clients import confluent, wire
 from conformance.suites.kip98 import (
     INIT_PRODUCER_ID,
     LATEST,
@@ -39,9 +39,9 @@ BATCH_LIMIT = 4096  # max.message.bytes of the size-limit topic
 
 def _ready(target, cc, topic: str, timeout_s: float = 20.0, **configs: str) -> None:
     """Create a one-partition topic with configs; wait until its leader answers ListOffsets."""
-    client_ops.create_topic(target, topic, **configs)
+    confluent.create_topic(target, topic, **configs)
     deadline = time.monotonic() + timeout_s
-    while int(wire_ops.list_offset(wire_ops.leader_eventually(cc, topic, wait_s=timeout_s), topic, 0, LATEST).error_code) != 0:
+    while int(wire.list_offset(wire.leader_eventually(cc, topic, wait_s=timeout_s), topic, 0, LATEST).error_code) != 0:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{topic} not ready after {timeout_s}s")
         time.sleep(0.1)
@@ -56,12 +56,12 @@ def _batches(cc, topic: str) -> list[records.DecodedBatch]:
 
 def record_layout_scenario(target, ids) -> dict[str, Any]:
     topic = ids.topic()
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         create_ready_topic(target, cc, topic)
         leader = cc.leader_for(topic, 0)
-        first = wire_ops.produce(leader, topic, 0, records.build_batch(
+        first = wire.produce(leader, topic, 0, records.build_batch(
             [records.NewRecord(value=b"a", timestamp=TS), records.NewRecord(value=b"b", timestamp=TS)]))
-        second = wire_ops.produce(leader, topic, 0, records.build_batch([
+        second = wire.produce(leader, topic, 0, records.build_batch([
             records.NewRecord(key=b"k0", value=b"v0", timestamp=TS),
             records.NewRecord(key=None, value=b"v1", timestamp=TS + 5),
             records.NewRecord(key=b"k2", value=None, headers=(("h1", b"x" * 300), ("h2", None)), timestamp=TS + 9),
@@ -95,14 +95,14 @@ def batch_limit_scenario(target, ids) -> dict[str, Any]:
     """40 records of ~200 bytes: one batch (> limit) is refused; four batches of 10 pass."""
     topic = ids.topic()
     payloads = [f"{i:03d}".encode() + b"r" * 200 for i in range(40)]
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         _ready(target, cc, topic, **{"max.message.bytes": str(BATCH_LIMIT)})
         leader = cc.leader_for(topic, 0)
         whole = records.build_batch([records.NewRecord(value=p, timestamp=TS) for p in payloads])
         parts = [records.build_batch([records.NewRecord(value=p, timestamp=TS) for p in payloads[i:i + 10]])
                  for i in range(0, 40, 10)]
-        refused = wire_ops.produce(leader, topic, 0, whole)
-        split = [int(wire_ops.produce(leader, topic, 0, b).error_code) for b in parts]
+        refused = wire.produce(leader, topic, 0, whole)
+        split = [int(wire.produce(leader, topic, 0, b).error_code) for b in parts]
         stored = [r.value for b in _batches(cc, topic) for r in b.records]
     return {"whole_size_over_limit": len(whole) > BATCH_LIMIT, "parts_under_limit": all(len(b) < BATCH_LIMIT for b in parts),
             "whole": int(refused.error_code), "split": split, "stored_in_order": stored == payloads}
@@ -123,19 +123,19 @@ def test_size_limit_applies_to_the_whole_batch(differential):
 
 def _client_batches(target, topic: str, idempotent: bool) -> list[list[int]]:
     """[producer id, base sequence] of the batches a confluent-kafka producer wrote."""
-    producer = Producer(client_ops.config(target, **{"enable.idempotence": idempotent, "linger.ms": 0}))
+    producer = Producer(confluent.config(target, **{"enable.idempotence": idempotent, "linger.ms": 0}))
     for i in range(3):
         producer.produce(topic, value=f"m{i}".encode())
         producer.flush(FLUSH_TIMEOUT_S)
     assert producer.flush(FLUSH_TIMEOUT_S) == 0, "records still queued after the flush deadline"
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         return [[b.header.producer_id, b.header.base_sequence] for b in _batches(cc, topic)]
 
 
 def idempotence_option_scenario(target, ids) -> dict[str, Any]:
     plain, idem = ids.topic(), ids.topic()
     for topic in (plain, idem):
-        client_ops.create_topic(target, topic)
+        confluent.create_topic(target, topic)
     off = _client_batches(target, plain, idempotent=False)
     on = _client_batches(target, idem, idempotent=True)
     return {"off": off, "on_pid_set": all(pid >= 0 for pid, _ in on), "on_sequences": [s for _, s in on],
@@ -160,7 +160,7 @@ def retried_stream_scenario(target, ids) -> dict[str, Any]:
     """Six 2-record batches, each sent twice; late retries overtake later batches."""
     require_api(target.capabilities(), INIT_PRODUCER_ID, what="InitProducerId")
     topic = ids.topic()
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         create_ready_topic(target, cc, topic)
         _, resp = init_producer_id(cc, None)
         pid, epoch = int(resp.producer_id), int(resp.producer_epoch)
@@ -168,7 +168,7 @@ def retried_stream_scenario(target, ids) -> dict[str, Any]:
         batches = [idem_batch([f"v{2 * i}", f"v{2 * i + 1}"], pid, epoch, 2 * i) for i in range(6)]
         answers = []
         for i in RETRY_ORDER:
-            p = wire_ops.produce(leader, topic, 0, batches[i])
+            p = wire.produce(leader, topic, 0, batches[i])
             answers.append([i, int(p.error_code), int(p.base_offset)])
         stored = [r.value.decode() for b in _batches(cc, topic) for r in b.records]
     firsts = {}

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaException, Producer
 
-from conformance import client_ops, wire_ops
+from clients import confluent, wire
 from conformance.suites import require_api, require_feature
 from conformance.suites.kip98 import idem_batch, require_transactions, wait_stable
 from conformance.suites.kip98.test_fencing import (
@@ -64,8 +64,8 @@ def late_end_txn(coord, tid: str, pid: int, epoch: int, version: int, wait_s: fl
 
 def timeout_abort_scenario(target, ids, tv2: bool) -> dict[str, Any]:
     topic, tid = ids.topic(), ids.transactional_id()
-    client_ops.create_topic(target, topic)
-    with wire_ops.cluster_client(target) as cc:
+    confluent.create_topic(target, topic)
+    with wire.cluster_client(target) as cc:
         leader = cc.leader_for(topic, 0)
         coord, init, _ = init_ok(cc, tid, timeout_ms=TXN_TIMEOUT_MS)
         pid, epoch = int(init.producer_id), int(init.producer_epoch)
@@ -143,7 +143,7 @@ def test_reference_client_commit_after_timeout_abort_fails(target, capabilities,
 
     TransactionalProducer = transactional_producer_cls()
     topic, tid = unique.topic(), unique.transactional_id()
-    client_ops.create_topic(target, topic)
+    confluent.create_topic(target, topic)
     producer = TransactionalProducer(target.bootstrap_servers, tid, transaction_timeout_ms=TXN_TIMEOUT_MS, security=target.raw_security())
     try:
         producer.init_transactions()
@@ -151,7 +151,7 @@ def test_reference_client_commit_after_timeout_abort_fails(target, capabilities,
         producer.send(topic, value=b"stalled", partition=0)
         producer.flush()
         pid = producer.producer_id
-        with wire_ops.cluster_client(target) as cc:
+        with wire.cluster_client(target) as cc:
             assert wait_for_abort_marker(cc, topic, 0, pid) is not None, "the stalled transaction was not aborted"
         with pytest.raises(TxnError) as err:
             producer.commit_transaction()
@@ -171,7 +171,7 @@ def test_reference_client_commit_after_timeout_abort_fails(target, capabilities,
             producer.close()
         except Exception:  # noqa: BLE001
             pass
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         wait_stable(cc.leader_for(topic, 0), topic, 0)
         assert committed_values(cc, topic, 0) == expected
 
@@ -180,13 +180,13 @@ def test_reference_client_commit_after_timeout_abort_fails(target, capabilities,
 def test_confluent_commit_after_timeout_abort_fails(target, capabilities, unique):
     require_transactions(capabilities)
     topic, tid = unique.topic(), unique.transactional_id()
-    client_ops.create_topic(target, topic)
-    producer = Producer(client_ops.config(target, **{"transactional.id": tid, "transaction.timeout.ms": 1000}))
+    confluent.create_topic(target, topic)
+    producer = Producer(confluent.config(target, **{"transactional.id": tid, "transaction.timeout.ms": 1000}))
     producer.init_transactions(30)
     producer.begin_transaction()
     producer.produce(topic, value=b"stalled", partition=0)
     assert producer.flush(30) == 0
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         # The producer id is not exposed by confluent-kafka: any ABORT marker will do.
         t0 = time.monotonic()
         while time.monotonic() - t0 < ABORT_DEADLINE_S:

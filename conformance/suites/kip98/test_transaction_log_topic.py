@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import ConfigResource, ConfigSource, ResourceType
 
-from conformance import client_ops, wire_ops
+from clients import confluent, wire
 from conformance.suites import require_api
 from conformance.suites.kip98 import require_transactions
 from conformance.suites.kip98.test_fencing import init_ok
-from fixtures.target import NotSupportedByTarget
+from targets.target import NotSupportedByTarget
 from reference_impl.protocol.api_keys import ApiKey
 
 TXN_LOG = "__transaction_state"
@@ -38,13 +38,13 @@ KIP_DEFAULTS = {
 def describe(target, resource: ConfigResource, names: list[str]) -> dict[str, Any]:
     """{name: ConfigEntry} of the names the target describes for the resource."""
     require_api(target.capabilities(), ApiKey.DESCRIBE_CONFIGS, what="DescribeConfigs")
-    admin = client_ops.admin(target)
+    admin = confluent.admin(target)
     entries = admin.describe_configs([resource], request_timeout=DESCRIBE_TIMEOUT_S)[resource].result(DESCRIBE_TIMEOUT_S)
     return {n: entries[n] for n in names if n in entries}
 
 
 def broker_settings(target, names: list[str]) -> dict[str, Any]:
-    admin = client_ops.admin(target)
+    admin = confluent.admin(target)
     broker = sorted(admin.list_topics(timeout=DESCRIBE_TIMEOUT_S).brokers)[0]
     got = describe(target, ConfigResource(ResourceType.BROKER, str(broker)), names)
     missing = [n for n in names if n not in got]
@@ -72,7 +72,7 @@ def _txn_log_metadata(target, ids) -> Any:
     """Metadata of __transaction_state after one transactional InitProducerId (which
     creates the topic on Kafka)."""
     require_transactions(target.capabilities())
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         init_ok(cc, ids.transactional_id())
         md = cc.refresh([TXN_LOG])
     topic = next((t for t in md.topics if t.name == TXN_LOG), None)

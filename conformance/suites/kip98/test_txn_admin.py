@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from conformance import client_ops, wire_ops
+from clients import confluent, wire
 from conformance.suites import require_api
 from conformance.suites.kip98 import idem_batch, require_transactions, wait_stable
 from conformance.suites.kip98.test_fencing import (
@@ -32,7 +32,7 @@ from conformance.suites.kip98.test_fencing import (
     init_pid,
     produce_txn_ok,
 )
-from conformance.wire_ops import Req
+from clients.wire import Req
 
 FINAL_STATES = {"CompleteCommit", "CompleteAbort"}
 
@@ -88,9 +88,9 @@ def wait_described(node, tid: str, states: set[str], timeout_s: float = 20.0) ->
 
 def lifecycle_scenario(target, ids) -> dict[str, Any]:
     topic, tid = ids.topic(), ids.transactional_id()
-    client_ops.create_topic(target, topic, partitions=2)
+    confluent.create_topic(target, topic, partitions=2)
     obs: dict[str, Any] = {}
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         coord, init, _ = init_ok(cc, tid, timeout_ms=45_000)
         pid, epoch = int(init.producer_id), int(init.producer_epoch)
         d = describe(coord, tid)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from conformance import client_ops, wire_ops
+from clients import confluent, wire
 from conformance.suites import require_api
 from conformance.suites.kip98 import create_ready_topic, fetch_all, idem_batch, require_transactions
 from conformance.suites.kip98.test_fencing import (
@@ -28,7 +28,7 @@ from conformance.suites.kip98.test_fencing import (
 )
 from conformance.suites.kip98.test_txn_admin import describe
 from conformance.suites.kip447 import UNSTABLE_OFFSET_COMMIT, RawTxn, commit, group_coordinator, offset_fetch
-from fixtures.target import NotSupportedByTarget
+from targets.target import NotSupportedByTarget
 from reference_impl.model.java_hash import partition_for_key
 from reference_impl.protocol import records
 
@@ -54,8 +54,8 @@ def _committed(coord, group: str, topic: str) -> list[int]:
 def pending_offsets_scenario(target, ids) -> dict[str, Any]:
     """G's offset is 5; T1 stages 42 and commits; T2 stages 77 and aborts."""
     topic, group = ids.topic(), ids.group()
-    client_ops.create_topic(target, topic)
-    with wire_ops.cluster_client(target) as cc:
+    confluent.create_topic(target, topic)
+    with wire.cluster_client(target) as cc:
         coord = group_coordinator(cc, group, topic)
         plain = commit(coord, group, topic, 0, 5)
         seen: dict[str, Any] = {"plain_commit": plain}
@@ -118,7 +118,7 @@ def markers_everywhere_scenario(target, ids) -> dict[str, Any]:
     again and aborts. Every partition is read after each."""
     require_transactions(target.capabilities())
     topic, group, tid = ids.topic(), ids.group(), ids.transactional_id()
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         create_ready_topic(target, cc, topic, partitions=2)
         group_coordinator(cc, group, topic)
         offsets_partition = _offsets_partition(cc, group)

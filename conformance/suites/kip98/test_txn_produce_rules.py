@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from conformance import wire_ops
+from clients import wire
 from conformance.suites.kip98 import (
     READ_COMMITTED,
     create_ready_topic,
@@ -45,7 +45,7 @@ def unadded_partition_scenario(target, ids) -> dict[str, Any]:
     """T adds partition 0 only, writes to 0 and to 1, commits."""
     require_transactions(target.capabilities())
     topic, tid = ids.topic(), ids.transactional_id()
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         create_ready_topic(target, cc, topic, partitions=2)
         coord, init, _ = init_ok(cc, tid)
         pid, epoch = int(init.producer_id), int(init.producer_epoch)
@@ -85,7 +85,7 @@ def test_data_for_a_partition_never_added_is_not_committed(differential):
 def transactional_id_field_scenario(target, ids) -> dict[str, Any]:
     require_transactions(target.capabilities())
     topic, tid = ids.topic(), ids.transactional_id()
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         create_ready_topic(target, cc, topic)
         leader = cc.leader_for(topic, 0)
         coord, init, _ = init_ok(cc, tid)

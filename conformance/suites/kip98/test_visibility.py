@@ -18,7 +18,7 @@ from confluent_kafka import Consumer as CKConsumer
 from confluent_kafka import KafkaException, Producer as CKProducer
 from confluent_kafka import TopicPartition
 
-from conformance import client_ops, wire_ops
+from clients import confluent, wire
 from conformance.suites import require_feature
 from conformance.suites.kip98 import (
     READ_COMMITTED,
@@ -36,7 +36,7 @@ from conformance.suites.kip98 import (
     require_transactions,
     wait_stable,
 )
-from fixtures.target import NotSupportedByTarget
+from targets.target import NotSupportedByTarget
 from reference_impl.client.consumer import Consumer as RefConsumer
 from reference_impl.client.consumer import filter_batches
 from reference_impl.client.transactional_producer import TransactionalProducer
@@ -77,17 +77,17 @@ def wire_history_scenario(target, ids):
     require_transactions(target.capabilities())
     topic, tid = ids.topic(), ids.transactional_id()
     obs: dict[str, Any] = {}
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         create_ready_topic(target, cc, topic)
         leader = cc.leader_for(topic, 0)
         coord, init = init_producer_id(cc, tid)
         assert int(init.error_code) == 0, f"InitProducerId({tid}) failed: {int(init.error_code)}"
         pid, epoch = int(init.producer_id), int(init.producer_epoch)
-        obs["produce"] = [int(wire_ops.produce(leader, topic, 0, plain_batch(["n0", "n1"])).error_code)]
+        obs["produce"] = [int(wire.produce(leader, topic, 0, plain_batch(["n0", "n1"])).error_code)]
         obs["add1"] = add_partitions_to_txn(coord, tid, pid, epoch, topic, [0])
         t1 = produce_v11(leader, topic, 0, idem_batch(["t2", "t3", "t4"], pid, epoch, 0, transactional=True), tid)
         obs["produce"].append(int(t1.error_code))
-        obs["produce"].append(int(wire_ops.produce(leader, topic, 0, plain_batch(["n5", "n6"])).error_code))
+        obs["produce"].append(int(wire.produce(leader, topic, 0, plain_batch(["n5", "n6"])).error_code))
 
         rc = fetch_all(cc, leader, topic, 0, READ_COMMITTED)
         ru = fetch_all(cc, leader, topic, 0, READ_UNCOMMITTED)
@@ -118,7 +118,7 @@ def wire_history_scenario(target, ids):
         obs["add2"] = add_partitions_to_txn(coord, tid, pid, epoch, topic, [0])
         t2 = produce_v11(leader, topic, 0, idem_batch(["c8", "c9"], pid, epoch, 3, transactional=True), tid)
         obs["produce"].append(int(t2.error_code))
-        obs["produce"].append(int(wire_ops.produce(leader, topic, 0, plain_batch(["n10"])).error_code))
+        obs["produce"].append(int(wire.produce(leader, topic, 0, plain_batch(["n10"])).error_code))
         obs["open2"] = {
             "high_watermark": log_end(leader, topic),
             "list_offsets_rc": log_end(leader, topic, 0, READ_COMMITTED),
@@ -247,7 +247,7 @@ class _Txn:
     def __init__(self, target, kind: str, tid: str) -> None:
         self.kind = kind
         if kind == "confluent-tv1":
-            self.p = CKProducer(client_ops.config(target, **{"transactional.id": tid, "linger.ms": 5}))
+            self.p = CKProducer(confluent.config(target, **{"transactional.id": tid, "linger.ms": 5}))
             self.p.init_transactions(30)
         else:
             version = 2 if kind == "reference-tv2" else 1
@@ -299,7 +299,7 @@ def _open_producer(target, kind: str, tid: str) -> _Txn:
 def _ck_read(target, topic: str, partitions: list[int], level: str, count: int, settle_s: float = 1.0) -> list[list[Any]]:
     """[partition, offset, value] read by confluent-kafka from the start; after `count`
     records it keeps polling `settle_s` so that extra (aborted, control) records show up."""
-    cfg = client_ops.config(target, **{"group.id": "kipcheck-unused", "enable.auto.commit": False})
+    cfg = confluent.config(target, **{"group.id": "kipcheck-unused", "enable.auto.commit": False})
     cfg["isolation.level"] = level
     cfg["enable.partition.eof"] = False
     c = CKConsumer(cfg)
@@ -329,7 +329,7 @@ def _ref_read(target, topic: str, partitions: list[int], level: int) -> list[lis
 
 
 def _plain(target, topic: str, partition: int, value: str) -> None:
-    client_ops.produce(target, topic, [{"value": value.encode(), "partition": partition}])
+    confluent.produce(target, topic, [{"value": value.encode(), "partition": partition}])
 
 
 def visibility_scenario(kind: str):
@@ -338,7 +338,7 @@ def visibility_scenario(kind: str):
 
     def scenario(target, ids):
         topic, tid = ids.topic(), ids.transactional_id()
-        with wire_ops.cluster_client(target) as cc:
+        with wire.cluster_client(target) as cc:
             producer = _open_producer(target, kind, tid)
             create_ready_topic(target, cc, topic, partitions=3)
             parts = [0, 1, 2]
@@ -410,7 +410,7 @@ def lso_scenario(kind: str, outcome: str):
 
     def scenario(target, ids):
         topic, tid = ids.topic(), ids.transactional_id()
-        with wire_ops.cluster_client(target) as cc:
+        with wire.cluster_client(target) as cc:
             producer = _open_producer(target, kind, tid)
             create_ready_topic(target, cc, topic)
             leader = cc.leader_for(topic, 0)

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from conformance import wire_ops
+from clients import wire
 from conformance.suites import require_api
 from conformance.suites.kip98 import INIT_PRODUCER_ID, create_ready_topic, init_producer_id, log_end
 from conformance.suites.kip98.test_fencing import batch_summary
-from conformance.wire_ops import Req
+from clients.wire import Req
 from reference_impl.protocol.api_keys import ApiKey
 
 WRITE_TXN_MARKERS = ApiKey.WRITE_TXN_MARKERS
@@ -74,7 +74,7 @@ def marker_scenario(target, ids) -> dict[str, Any]:
     does not exist."""
     _require_markers(target)
     topic = ids.topic()
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         create_ready_topic(target, cc, topic, partitions=2)
         (a, ea), (b, eb) = _new_pid(cc), _new_pid(cc)
         leader = cc.leader_for(topic, 0)
@@ -140,7 +140,7 @@ def producer_epoch_scenario(target, ids) -> dict[str, Any]:
     """A marker at producer epoch e+1 is written; one at e after it must not be."""
     _require_markers(target)
     topic = ids.topic()
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         create_ready_topic(target, cc, topic)
         pid, epoch = _new_pid(cc)
         leader = cc.leader_for(topic, 0)

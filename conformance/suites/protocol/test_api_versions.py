@@ -7,7 +7,7 @@ import struct
 import pytest
 from kio.schema.errors import ErrorCode
 
-from conformance import wire_ops
+from clients import wire
 from reference_impl.protocol import framing, payloads
 
 CORE_APIS = {0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 18: "ApiVersions"}
@@ -117,4 +117,4 @@ def test_unadvertised_version_of_other_api_closes_connection(target):
         c.send_frame(framing.size_prefixed(header + b"\x00" * 8), expect_response=False)
         assert c.is_closed_by_peer(timeout=10), "broker answered or kept a connection it cannot parse"
     with target.raw_client() as fresh:
-        assert wire_ops.Req(fresh, 18, 3).version >= 0  # other connections still served
+        assert wire.Req(fresh, 18, 3).version >= 0  # other connections still served

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from conformance import client_ops, wire_ops
-from fixtures.target import NotSupportedByTarget
+from clients import confluent, wire
+from targets.target import NotSupportedByTarget
 from reference_impl.client.raw_client import RawClient
 from reference_impl.protocol import framing, payloads
 from reference_impl.protocol import records
@@ -58,9 +58,9 @@ def acked(target, unique) -> Acked:
     produced once per target and session."""
     if target.name not in _ACKED:
         topic = unique.topic()
-        client_ops.create_topic(target, topic)
-        with wire_ops.cluster_client(target) as cc:
-            leader = wire_ops.leader_eventually(cc, topic)
+        confluent.create_topic(target, topic)
+        with wire.cluster_client(target) as cc:
+            leader = wire.leader_eventually(cc, topic)
             bases = []
             for i in range(3):
                 batch = records.build_batch(
@@ -70,7 +70,7 @@ def acked(target, unique) -> Acked:
                 resp = _produce_retrying(leader, topic, batch)
                 assert resp.error_code == 0, f"setup produce failed: {resp.error_code!r}"
                 bases.append(int(resp.base_offset))
-            part = wire_ops.fetch(cc, leader, topic, 0, 0)
+            part = wire.fetch(cc, leader, topic, 0, 0)
         _ACKED[target.name] = Acked(topic, bytes(part.records or b""), int(part.high_watermark), bases)
     return _ACKED[target.name]
 
@@ -80,16 +80,16 @@ def _produce_retrying(leader: RawClient, topic: str, batch: bytes, timeout: floa
     (LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION)."""
     deadline = time.monotonic() + timeout
     while True:
-        resp = wire_ops.produce(leader, topic, 0, batch, acks=-1)
+        resp = wire.produce(leader, topic, 0, batch, acks=-1)
         if int(resp.error_code) not in (3, 5, 6) or time.monotonic() >= deadline:
             return resp
         time.sleep(0.2)
 
 
 def _assert_acked_intact(target, acked: Acked) -> None:
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         leader = cc.leader_for(acked.topic, 0)
-        part = wire_ops.fetch(cc, leader, acked.topic, 0, 0)
+        part = wire.fetch(cc, leader, acked.topic, 0, 0)
     assert int(part.high_watermark) == acked.high_watermark, "high watermark of acknowledged data changed"
     assert bytes(part.records or b"") == acked.records, "acknowledged records are no longer byte-identical"
 
@@ -161,9 +161,9 @@ class Bystander:
 
     def check(self, acked: Acked) -> None:
         c = self.client
-        resp = wire_ops.Req(c, 18, 3).send(client_software_name="kipcheck", client_software_version="0.1.0")
+        resp = wire.Req(c, 18, 3).send(client_software_name="kipcheck", client_software_version="0.1.0")
         assert resp.error_code == 0, f"ApiVersions on the other connection: {resp.error_code!r}"
-        md = wire_ops.Req(c, 3, 12).send(**_metadata_fields(None))
+        md = wire.Req(c, 3, 12).send(**_metadata_fields(None))
         assert md.brokers, "Metadata on the other connection lists no brokers"
         c.close()
         with self.target.raw_client() as fresh:
@@ -261,7 +261,7 @@ def test_trailing_bytes_after_request_body_are_ignored(target, acked, bystander)
                 assert got == cid, f"Metadata v{version} with trailing bytes: correlation id {got}, sent {cid}"
                 assert body.brokers, f"Metadata v{version} with trailing bytes: no brokers listed"
             # the connection stays usable
-            resp = wire_ops.Req(c, 18, 3).send(client_software_name="kipcheck", client_software_version="0.1.0")
+            resp = wire.Req(c, 18, 3).send(client_software_name="kipcheck", client_software_version="0.1.0")
             assert resp.error_code == 0
     bystander.check(acked)
 

@@ -6,16 +6,16 @@ import pytest
 from confluent_kafka import TopicPartition
 from kio.schema.errors import ErrorCode
 
-from conformance import client_ops, wire_ops
-from fixtures.target import NotSupportedByTarget
+from clients import confluent, wire
+from targets.target import NotSupportedByTarget
 
 
 def standalone_commit_scenario(target, ids):
     topic, group = ids.topic(), ids.group()
-    client_ops.create_topic(target, topic, partitions=2)
-    with wire_ops.cluster_client(target) as cc:
-        coord, commit = wire_ops.offset_commit_when_loaded(cc, group, topic, 0, 42, metadata="m-42")
-        fetched = wire_ops.offset_fetch(coord, group, topic, [0, 1])
+    confluent.create_topic(target, topic, partitions=2)
+    with wire.cluster_client(target) as cc:
+        coord, commit = wire.offset_commit_when_loaded(cc, group, topic, 0, 42, metadata="m-42")
+        fetched = wire.offset_fetch(coord, group, topic, [0, 1])
     return {
         "commit_error": commit,
         "p0": list(fetched[0]),
@@ -33,18 +33,18 @@ def test_standalone_commit_then_fetch(differential):
 
 def not_coordinator_scenario(target, ids):
     topic, group = ids.topic(), ids.group()
-    client_ops.create_topic(target, topic)
-    with wire_ops.cluster_client(target) as cc:
+    confluent.create_topic(target, topic)
+    with wire.cluster_client(target) as cc:
         coord = cc.coordinator_for(group, wait_s=30)
         others = [n for n in cc.nodes if cc.node(n) is not coord and (cc.node(n).host, cc.node(n).port) != (coord.host, coord.port)]
         if not others:
             raise NotSupportedByTarget("single-broker target: every broker coordinates every group")
         other = cc.node(others[0])
-        commit = wire_ops.offset_commit(other, group, topic, 0, 1)
+        commit = wire.offset_commit(other, group, topic, 0, 1)
         try:
-            wire_ops.offset_fetch(other, group, topic, [0])
+            wire.offset_fetch(other, group, topic, [0])
             fetch_error = 0
-        except wire_ops.GroupError as exc:
+        except wire.GroupError as exc:
             fetch_error = exc.error_code
     return {"commit_error": commit, "fetch_error": fetch_error, "coordinator_known": True}
 
@@ -58,16 +58,16 @@ def test_group_requests_to_non_coordinator(differential):
 
 def generation_fencing_scenario(target, ids):
     topic, group = ids.topic(), ids.group()
-    client_ops.create_topic(target, topic)
-    with wire_ops.cluster_client(target) as cc:
+    confluent.create_topic(target, topic)
+    with wire.cluster_client(target) as cc:
         coord = cc.coordinator_for(group, wait_s=30)
-        join = wire_ops.join_group(coord, group, topic=topic)
+        join = wire.join_group(coord, group, topic=topic)
         gen, member = int(join.generation_id), join.member_id
-        sync = wire_ops.sync_group(coord, group, gen, member, {member: b""})
-        unknown = wire_ops.offset_commit(coord, group, topic, 0, 5, generation=gen, member_id="not-a-member")
-        stale = wire_ops.offset_commit(coord, group, topic, 0, 6, generation=gen + 7, member_id=member)
-        good = wire_ops.offset_commit(coord, group, topic, 0, 9, generation=gen, member_id=member)
-        committed = wire_ops.offset_fetch(coord, group, topic, [0])[0][0]
+        sync = wire.sync_group(coord, group, gen, member, {member: b""})
+        unknown = wire.offset_commit(coord, group, topic, 0, 5, generation=gen, member_id="not-a-member")
+        stale = wire.offset_commit(coord, group, topic, 0, 6, generation=gen + 7, member_id=member)
+        good = wire.offset_commit(coord, group, topic, 0, 9, generation=gen, member_id=member)
+        committed = wire.offset_fetch(coord, group, topic, [0])[0][0]
     return {
         "join_error": int(join.error_code),
         "sync_error": int(sync.error_code),
@@ -91,15 +91,15 @@ def test_commit_fenced_by_member_and_generation(differential):
 @pytest.mark.requirement("PROTO.GROUP.001")
 def test_consumer_commit_visible_to_next_member(target, unique):
     topic, group = unique.topic(), unique.group()
-    client_ops.create_topic(target, topic)
-    client_ops.produce(target, topic, [{"value": b"%d" % i} for i in range(5)])
-    first = client_ops.subscribed_consumer(target, group, topic)
+    confluent.create_topic(target, topic)
+    confluent.produce(target, topic, [{"value": b"%d" % i} for i in range(5)])
+    first = confluent.subscribed_consumer(target, group, topic)
     try:
         got = first.poll_count(3)
         first.consumer.commit(offsets=[TopicPartition(topic, 0, got[-1].offset() + 1)], asynchronous=False)
     finally:
         first.close()
-    second = client_ops.subscribed_consumer(target, group, topic)
+    second = confluent.subscribed_consumer(target, group, topic)
     try:
         committed = second.consumer.committed([TopicPartition(topic, 0)], timeout=10)
         nxt = second.poll_count(1)[0]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance import client_ops, wire_ops
+from clients import confluent, wire
 from reference_impl.protocol import records
 
 T0 = 1_700_000_000_000
@@ -12,21 +12,21 @@ T0 = 1_700_000_000_000
 
 def list_offsets_scenario(target, ids):
     topic = ids.topic()
-    client_ops.create_topic(target, topic)
-    with wire_ops.cluster_client(target) as cc:
+    confluent.create_topic(target, topic)
+    with wire.cluster_client(target) as cc:
         leader = cc.leader_for(topic, 0)
-        empty = (wire_ops.list_offset(leader, topic, 0, -2), wire_ops.list_offset(leader, topic, 0, -1))
+        empty = (wire.list_offset(leader, topic, 0, -2), wire.list_offset(leader, topic, 0, -1))
         for i in range(3):  # offsets 0..5, timestamps T0 + 0,10,..,50
             batch = records.build_batch(
                 [records.NewRecord(value=b"v", timestamp=T0 + (2 * i + j) * 10) for j in range(2)],
                 timestamp_ms=T0 + 2 * i * 10,
             )
-            wire_ops.produce(leader, topic, 0, batch)
-        earliest = wire_ops.list_offset(leader, topic, 0, -2)
-        latest = wire_ops.list_offset(leader, topic, 0, -1)
-        by_ts = wire_ops.list_offset(leader, topic, 0, T0 + 25)
-        exact = wire_ops.list_offset(leader, topic, 0, T0 + 40)
-        after = wire_ops.list_offset(leader, topic, 0, T0 + 10_000)
+            wire.produce(leader, topic, 0, batch)
+        earliest = wire.list_offset(leader, topic, 0, -2)
+        latest = wire.list_offset(leader, topic, 0, -1)
+        by_ts = wire.list_offset(leader, topic, 0, T0 + 25)
+        exact = wire.list_offset(leader, topic, 0, T0 + 40)
+        after = wire.list_offset(leader, topic, 0, T0 + 10_000)
     return {
         "empty": [int(empty[0].offset), int(empty[1].offset)],
         "earliest": int(earliest.offset),
@@ -58,11 +58,11 @@ def test_list_offsets_by_timestamp(differential):
 @pytest.mark.requirement("PROTO.LISTOFF.001")
 def test_watermarks_through_confluent_kafka(target, unique):
     topic = unique.topic()
-    client_ops.create_topic(target, topic)
-    client_ops.produce(target, topic, [{"value": b"a"}, {"value": b"b"}])
+    confluent.create_topic(target, topic)
+    confluent.produce(target, topic, [{"value": b"a"}, {"value": b"b"}])
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer(client_ops.config(target, **{"group.id": unique.group()}))
+    c = Consumer(confluent.config(target, **{"group.id": unique.group()}))
     try:
         low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
     finally:

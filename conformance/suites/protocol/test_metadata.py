@@ -7,12 +7,12 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode
 
-from conformance import client_ops, wire_ops
+from clients import confluent, wire
 from reference_impl.client.raw_client import RawClient
 
 
 def _metadata(client: RawClient, topics, auto_create=False):
-    r = wire_ops.Req(client, wire_ops.METADATA, 12, lowest=1)
+    r = wire.Req(client, wire.METADATA, 12, lowest=1)
     return r.send(
         topics=None if topics is None else tuple(r.part("MetadataRequestTopic", name=t, topic_id=None) for t in topics),
         allow_auto_topic_creation=auto_create,
@@ -22,7 +22,7 @@ def _metadata(client: RawClient, topics, auto_create=False):
 
 
 def brokers_scenario(target, ids):
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         md = _metadata(cc.bootstrap, [])
         reachable = {}
         for b in md.brokers:
@@ -50,8 +50,8 @@ def test_brokers_listed_once_and_reachable(differential, target):
 
 def topic_layout_scenario(target, ids):
     topic = ids.topic()
-    client_ops.create_topic(target, topic, partitions=3)
-    with wire_ops.cluster_client(target) as cc:
+    confluent.create_topic(target, topic, partitions=3)
+    with wire.cluster_client(target) as cc:
         first = _metadata(cc.bootstrap, [topic])
         brokers = {int(b.node_id) for b in first.brokers}
         ids_seen = set()
@@ -85,7 +85,7 @@ def test_topic_partitions_leaders_and_ids(differential):
 
 def unknown_topic_scenario(target, ids):
     topic = ids.topic()
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         first = _metadata(cc.bootstrap, [topic]).topics[0]
         again = _metadata(cc.bootstrap, [topic]).topics[0]
     return {
@@ -105,9 +105,9 @@ def test_unknown_topic_without_auto_create(differential):
 
 def create_twice_scenario(target, ids):
     topic = ids.topic()
-    with wire_ops.cluster_client(target) as cc:
-        first = wire_ops.create_topic(cc, topic, partitions=2)
-        second = wire_ops.create_topic(cc, topic, partitions=2)
+    with wire.cluster_client(target) as cc:
+        first = wire.create_topic(cc, topic, partitions=2)
+        second = wire.create_topic(cc, topic, partitions=2)
     return {"first": first, "second": second}
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kio.schema.errors import ErrorCode
 
-from conformance import client_ops, wire_ops
+from clients import confluent, wire
 from reference_impl.protocol import records
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
@@ -41,13 +41,13 @@ def _expected(messages: list[dict]) -> list[dict]:
 def round_trip_scenario(codec: str):
     def scenario(target, ids):
         topic = ids.topic()
-        client_ops.create_topic(target, topic, partitions=1)
+        confluent.create_topic(target, topic, partitions=1)
         msgs = _messages(23)
-        delivered = client_ops.produce(
+        delivered = confluent.produce(
             target, topic, msgs, flush_between=6, compression_type=codec, linger_ms=5, partitioner="murmur2_random"
         )
-        consumed = client_ops.consume_assigned(target, topic, [0], len(msgs))
-        views = [client_ops.record_view(m) for m in consumed]
+        consumed = confluent.consume_assigned(target, topic, [0], len(msgs))
+        views = [confluent.record_view(m) for m in consumed]
         return {
             "delivered_offsets": [o for _, o in delivered],
             "offsets": [v["offset"] for v in views],
@@ -72,16 +72,16 @@ def test_round_trip_preserves_records_across_batches(differential, codec):
 
 def raw_offsets_scenario(target, ids):
     topic = ids.topic()
-    client_ops.create_topic(target, topic)
-    with wire_ops.cluster_client(target) as cc:
+    confluent.create_topic(target, topic)
+    with wire.cluster_client(target) as cc:
         leader = cc.leader_for(topic, 0)
         bases, errors = [], []
         for size in (3, 1, 4):
             batch = records.build_batch([records.NewRecord(value=b"v%d" % i) for i in range(size)], timestamp_ms=BASE_TS)
-            resp = wire_ops.produce(leader, topic, 0, batch)
+            resp = wire.produce(leader, topic, 0, batch)
             errors.append(int(resp.error_code))
             bases.append(int(resp.base_offset))
-        part = wire_ops.fetch(cc, leader, topic, 0, 0)
+        part = wire.fetch(cc, leader, topic, 0, 0)
     return {"errors": errors, "bases": bases, "high_watermark": int(part.high_watermark)}
 
 
@@ -95,12 +95,12 @@ def test_raw_produce_assigns_contiguous_offsets(differential):
 
 def unknown_partition_scenario(target, ids):
     topic = ids.topic()
-    client_ops.create_topic(target, topic)
-    with wire_ops.cluster_client(target) as cc:
+    confluent.create_topic(target, topic)
+    with wire.cluster_client(target) as cc:
         leader = cc.leader_for(topic, 0)
         batch = records.build_batch([records.NewRecord(value=b"x")])
-        resp = wire_ops.produce(leader, topic, 7, batch)
-        hw = int(wire_ops.fetch(cc, leader, topic, 0, 0).high_watermark)
+        resp = wire.produce(leader, topic, 7, batch)
+        hw = int(wire.fetch(cc, leader, topic, 0, 0).high_watermark)
     return {"error_code": int(resp.error_code), "high_watermark_p0": hw}
 
 
@@ -113,15 +113,15 @@ def test_produce_to_missing_partition(differential):
 
 def fetch_positions_scenario(target, ids):
     topic = ids.topic()
-    client_ops.create_topic(target, topic)
-    with wire_ops.cluster_client(target) as cc:
+    confluent.create_topic(target, topic)
+    with wire.cluster_client(target) as cc:
         leader = cc.leader_for(topic, 0)
         for size in (5, 5):
-            wire_ops.produce(leader, topic, 0, records.build_batch([records.NewRecord(value=b"r")] * size))
-        mid = wire_ops.fetch(cc, leader, topic, 0, 7)
+            wire.produce(leader, topic, 0, records.build_batch([records.NewRecord(value=b"r")] * size))
+        mid = wire.fetch(cc, leader, topic, 0, 7)
         batches = [records.parse_batch_header(b) for b in records.split_batches(mid.records)[0]]
-        at_end = wire_ops.fetch(cc, leader, topic, 0, 10)
-        beyond = wire_ops.fetch(cc, leader, topic, 0, 11)
+        at_end = wire.fetch(cc, leader, topic, 0, 10)
+        beyond = wire.fetch(cc, leader, topic, 0, 11)
     return {
         "mid_error": int(mid.error_code),
         "mid_first_batch": [batches[0].base_offset, batches[0].last_offset] if batches else None,
@@ -147,13 +147,13 @@ def test_fetch_positions(differential):
 
 def corrupt_batch_scenario(target, ids):
     topic = ids.topic()
-    client_ops.create_topic(target, topic)
-    with wire_ops.cluster_client(target) as cc:
+    confluent.create_topic(target, topic)
+    with wire.cluster_client(target) as cc:
         leader = cc.leader_for(topic, 0)
         batch = bytearray(records.build_batch([records.NewRecord(value=b"payload")]))
         batch[-1] ^= 0xFF  # flip bits inside the CRC-covered region
-        resp = wire_ops.produce(leader, topic, 0, bytes(batch))
-        hw = int(wire_ops.fetch(cc, leader, topic, 0, 0).high_watermark)
+        resp = wire.produce(leader, topic, 0, bytes(batch))
+        hw = int(wire.fetch(cc, leader, topic, 0, 0).high_watermark)
     return {"error_code": int(resp.error_code), "high_watermark": hw}
 
 

@@ -25,7 +25,7 @@ from conformance.suites.kip1289 import features, update_features, wait_for  # no
 from conformance.suites.kip98 import (
     ADD_PARTITIONS_TO_TXN, READ_COMMITTED, end_txn, idem_batch, init_producer_id, produce_v11,
 )
-from conformance.wire_ops import Req, list_offset
+from clients.wire import Req, list_offset
 from reference_impl.client.raw_client import ClusterClient, RawClient
 from reference_impl.protocol.api_keys import ApiKey
 

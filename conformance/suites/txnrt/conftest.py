@@ -10,12 +10,12 @@ from typing import Any, Iterator
 import pytest
 from kio.schema.errors import ErrorCode as E
 
-from conformance import wire_ops
+from clients import wire
 from conformance.capability_gate import require_capability
 from conformance.suites.kip1289 import SAFE_DOWNGRADE, UPGRADE
 from conformance.suites.kip98 import create_ready_topic
 from conformance.suites.txnrt import BLOCKING, FEATURE, Tv1Txn, features, missing_capability, update_features
-from fixtures.target import NotSupportedByTarget
+from targets.target import NotSupportedByTarget
 from reference_impl.client.raw_client import ClusterClient
 
 
@@ -98,11 +98,11 @@ def require_txnrt(target: Any, cc: ClusterClient) -> int | None:
 
 @pytest.fixture
 def rt(target, unique) -> Iterator[RoundTrip]:
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         restore = require_txnrt(target, cc)
         try:
             yield RoundTrip(target, cc, unique)
         finally:
             if restore is not None:
-                with wire_ops.cluster_client(target) as fresh:
+                with wire.cluster_client(target) as fresh:
                     set_level(fresh, restore)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from kio.schema.errors import ErrorCode as E
 
-from conformance import wire_ops
+from clients import wire
 from conformance.suites.kip98.test_fencing import committed_values
 from conformance.suites.txnrt import wait_for
 from reference_impl.client.transactional_producer import (
@@ -34,7 +34,7 @@ def named(event: dict) -> set[tuple[str, int]]:
 
 def committed_offset(rt, group: str, topic: str) -> int | None:
     coord = rt.cc.coordinator_for(group, 0, wait_s=15)
-    offset, _, code = wire_ops.offset_fetch(coord, group, topic, [0], require_stable=True)[0]
+    offset, _, code = wire.offset_fetch(coord, group, topic, [0], require_stable=True)[0]
     return offset if code == E.none else None
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from conformance import wire_ops
+from clients import wire
 from conformance.suites.txnrt import FEATURE, missing_capability
 from conformance.suites.txnrt.conftest import enable_on_reference, require_txnrt, set_level
-from fixtures.target import NotSupportedByTarget
+from targets.target import NotSupportedByTarget
 
 SUITE_DIR = Path(__file__).parent
 
@@ -30,7 +30,7 @@ def test_without_the_draft_every_suite_test_is_not_supported(target, request):
     assert others, "no txnrt tests collected next to this one"
     ungated = [i.nodeid for i in others if "rt" not in i.fixturenames]
     assert not ungated, f"tests that bypass the txnrt gate: {ungated}"
-    with wire_ops.cluster_client(target) as cc:
+    with wire.cluster_client(target) as cc:
         if target.kind == "reference":
             restore = enable_on_reference(target, cc)
             try:

@@ -1,0 +1,1 @@
+"""The kipcheck command-line application (top floor): every subcommand's entry point."""

@@ -1,0 +1,35 @@
+"""Target factory: spec text -> Target instance (providers imported lazily)."""
+
+from __future__ import annotations
+
+from targets.target import Target, TargetSpec, parse_target_spec
+
+
+def create_target(spec: TargetSpec | str) -> Target:
+    if isinstance(spec, str):
+        spec = parse_target_spec(spec)
+    if spec.kind == "reference":
+        from targets.reference_target import ReferenceTarget
+
+        return ReferenceTarget(spec)
+    if spec.kind == "kafka-native":
+        from targets.kafka_native.provider import KafkaNativeTarget
+
+        return KafkaNativeTarget(spec)
+    if spec.kind == "librdkafka-mock":
+        from targets.librdkafka_mock import LibrdkafkaMockTarget
+
+        return LibrdkafkaMockTarget(spec)
+    if spec.kind == "kfake":
+        from targets.kfake.provider import KfakeTarget
+
+        return KfakeTarget(spec)
+    if spec.kind == "testcontainers":
+        from targets.testcontainers_target import TestcontainersTarget
+
+        return TestcontainersTarget(spec)
+    if spec.kind == "external":
+        from targets.external import ExternalTarget
+
+        return ExternalTarget(spec)
+    raise ValueError(f"unknown target kind {spec.kind!r}")
