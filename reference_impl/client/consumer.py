@@ -20,6 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from kio.schema.errors import ErrorCode
+
 from reference_impl.client.partition_metadata import PartitionMetadata
 from reference_impl.client.raw_client import ClusterClient, RawClient
 from reference_impl.protocol import framing, payloads, records
@@ -417,8 +419,6 @@ def _end_of_batches(data: bytes | None) -> int | None:
 
 
 def _retriable(code: int) -> bool:
-    from kio.schema.errors import ErrorCode
-
     try:
         return bool(ErrorCode(code).retriable)
     except ValueError:

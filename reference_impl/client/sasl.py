@@ -15,20 +15,32 @@ import hmac
 import json
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kio.schema.api_versions.v0.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.sasl_authenticate.v0.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
+from reference_impl.client.security import ClientSecurity
 from reference_impl.protocol import framing
 
-if TYPE_CHECKING:
-    from reference_impl.client.raw_client import RawClient
-    from reference_impl.client.security import ClientSecurity
-
 SASL_AUTHENTICATE = int(SaslAuthenticateRequest.__api_key__)
+
+
+class SaslConnection(Protocol):
+    """What the exchange needs of the connection it authenticates (raw_client.RawClient,
+    which calls `authenticate` while it connects)."""
+
+    host: str
+    port: int
+    timeout: float
+
+    def send(self, payload: Any) -> Any:
+        """Send a kio request payload; the decoded response."""
+
+    def request(self, api_key: int, api_version: int, /, **fields: Any) -> Any:
+        """Build and send the request of this key/version."""
 
 
 class AuthenticationError(RuntimeError):
@@ -159,7 +171,7 @@ class OAuthBearer(SaslMechanism):
         return None
 
 
-def mechanism_for(security: "ClientSecurity") -> SaslMechanism:
+def mechanism_for(security: ClientSecurity) -> SaslMechanism:
     m = security.mechanism
     if m == "PLAIN":
         return Plain(security.username or "", security.password or "")
@@ -177,7 +189,7 @@ def _error_name(code: int) -> str:
         return str(code)
 
 
-def authenticate(client: "RawClient", security: "ClientSecurity") -> None:
+def authenticate(client: SaslConnection, security: ClientSecurity) -> None:
     """Handshake v1 then SaslAuthenticate rounds (KIP-152 framing) at the broker's highest version."""
     mech = mechanism_for(security)
     where = f"{client.host}:{client.port}"

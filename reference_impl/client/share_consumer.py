@@ -34,6 +34,7 @@ ShareConsumeRequestManager, ShareMembershipManager):
 
 from __future__ import annotations
 
+import datetime
 import enum
 import time
 import uuid
@@ -857,8 +858,6 @@ class ShareConsumer:
 
 
 def _ms(value: int) -> Any:
-    import datetime
-
     return datetime.timedelta(milliseconds=max(0, int(value)))
 
 

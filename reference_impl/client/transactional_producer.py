@@ -114,7 +114,8 @@ class _Disconnected(Exception):
 def _summarize(value: Any, depth: int = 0) -> Any:
     """JSON-friendly view of a kio payload for the history hook."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _summarize(getattr(value, f.name), depth + 1) for f in dataclasses.fields(value)}
+        fields = dataclasses.fields(value)
+        return {f.name: _summarize(getattr(value, f.name), depth + 1) for f in fields}  # probe: kio payload fields
     if isinstance(value, (bytes, bytearray, memoryview)):
         return f"<{len(value)} bytes>"
     if isinstance(value, datetime.timedelta):
@@ -537,7 +538,7 @@ class TransactionalProducer:
         if int(resp.error_code) != 0:
             raise FatalTxnError(f"ApiVersions failed: {error_name(int(resp.error_code))}", int(resp.error_code))
         versions = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys}
-        finalized = {f.name: int(f.max_version_level) for f in (getattr(resp, "finalized_features", None) or ())}
+        finalized = {f.name: int(f.max_version_level) for f in (payloads.get(resp, "finalized_features") or ())}
         self._finalized_transaction_version = finalized.get("transaction.version", 0)
 
         def max_of(key: int) -> int:
@@ -1216,12 +1217,12 @@ def _first_error_code(resp: Any) -> int | None:
         if dataclasses.is_dataclass(v) and not isinstance(v, type):
             for f in dataclasses.fields(v):
                 if f.name in ("error_code", "partition_error_code"):
-                    c = int(getattr(v, f.name))
+                    c = int(getattr(v, f.name))  # probe: a kio payload's field, named by dataclasses.fields
                     if c != 0:
                         found.append(c)
                         return
                 else:
-                    walk(getattr(v, f.name))
+                    walk(getattr(v, f.name))  # probe: a kio payload's field, named by dataclasses.fields
         elif isinstance(v, (list, tuple)):
             for x in v:
                 walk(x)

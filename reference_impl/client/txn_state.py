@@ -178,7 +178,7 @@ class TxnStateMachine:
             raise FatalTxnError(f"producer is in FatalError: {cause}") from cause
         if self.state is TxnState.ABORTABLE_ERROR:
             cause = self.last_error
-            code = getattr(cause, "error_code", None)
+            code = cause.error_code if isinstance(cause, TxnError) else None
             raise AbortableTxnError(
                 f"cannot execute a transactional method in AbortableError ({cause}); abort the transaction", code
             ) from cause

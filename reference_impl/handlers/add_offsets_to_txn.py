@@ -31,8 +31,6 @@ def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
         error = ErrorCode.transactional_id_authorization_failed
     elif not authorized(ctx, Op.READ, Res.GROUP, request.group_id):
         error = ErrorCode.group_authorization_failed
-    elif tc is None:
-        error = ErrorCode.coordinator_not_available
     elif not tid:
         error = ErrorCode.invalid_request
     elif not is_coordinator(ctx, tid):

@@ -64,8 +64,6 @@ def _transaction_result(
         # Any failed check fails the whole transaction; the rest was not attempted.
         return {tp: failed.get(tp, ErrorCode.operation_not_attempted) for tp in partitions}
     tc = transactions(ctx)
-    if tc is None:
-        return {tp: ErrorCode.coordinator_not_available for tp in partitions}
     if not tid:
         return {tp: ErrorCode.invalid_request for tp in partitions}
     if not is_coordinator(ctx, tid):
@@ -98,12 +96,12 @@ async def _hold_while_markers_pending(ctx: RequestContext, tid: str) -> None:
     if not tid or not txn_roundtrip.may_hold(ctx.state.config.finalized_features, ctx.api_version):
         return
     tc = transactions(ctx)
-    if tc is None or not is_coordinator(ctx, tid):
+    if not is_coordinator(ctx, tid):
         return
 
     def released() -> bool:
         current = transactions(ctx)  # a fail-over rebuilds the coordinator object
-        return current is None or not txn_roundtrip.is_held(current.metadata(tid))
+        return not txn_roundtrip.is_held(current.metadata(tid))
 
     if not released():
         await ctx.runtime.wait_for(released, tc.txn_config.add_partitions_hold_max_ms)

@@ -31,7 +31,7 @@ def handle_api_versions(ctx: RequestContext, request) -> object:
                 ctx.nested("SupportedFeatureKey", name=name, min_version=lo, max_version=hi)
                 for name, (lo, hi) in sorted(cfg.supported_features.items())
             ),
-            finalized_features_epoch=getattr(cfg, "finalized_features_epoch", 1) if cfg.finalized_features else -1,
+            finalized_features_epoch=cfg.finalized_features_epoch if cfg.finalized_features else -1,
             finalized_features=tuple(
                 ctx.nested("FinalizedFeatureKey", name=name, max_version_level=lvl, min_version_level=lvl)
                 for name, lvl in sorted(cfg.finalized_features.items())

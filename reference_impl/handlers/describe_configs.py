@@ -29,7 +29,7 @@ from kio.schema.errors import ErrorCode
 
 from reference_impl.handlers._group_common import NO_THROTTLE
 from reference_impl.handlers.registry import RequestContext, handles
-from reference_impl.model.broker_state import BrokerConfig
+from reference_impl.model.broker_config import BrokerConfig
 from reference_impl.model.group_configs import VALIDATORS
 from reference_impl.model.partition_log import IsolationLevel
 from reference_impl.protocol.api_keys import ApiKey

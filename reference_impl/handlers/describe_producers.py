@@ -20,6 +20,7 @@ from kio.schema.errors import ErrorCode
 
 from reference_impl.handlers.metadata import sync_liveness
 from reference_impl.handlers.registry import RequestContext, handles
+from reference_impl.model.partition_log import PartitionLog
 from reference_impl.protocol.api_keys import ApiKey
 
 API_KEY = ApiKey.DESCRIBE_PRODUCERS
@@ -30,10 +31,8 @@ def _partition(ctx: RequestContext, index: int, error: ErrorCode, producers: tup
     return ctx.nested("PartitionResponse", partition_index=index, error_code=error, active_producers=producers)
 
 
-def _producers_of(ctx: RequestContext, log: Any) -> tuple[Any, ...]:
-    active = getattr(log.producer_state, "active_producers", None)
-    if active is None:  # a log without producer state tracks nobody
-        return ()
+def _producers_of(ctx: RequestContext, log: PartitionLog) -> tuple[Any, ...]:
+    """The producers the log's producer state holds (none without producer state)."""
     return tuple(
         ctx.nested(
             "ProducerState",
@@ -44,7 +43,7 @@ def _producers_of(ctx: RequestContext, log: Any) -> tuple[Any, ...]:
             coordinator_epoch=s.coordinator_epoch,
             current_txn_start_offset=s.current_txn_start_offset,
         )
-        for s in active()
+        for s in log.producer_state.active_producers()
     )
 
 

@@ -28,9 +28,7 @@ def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
     tc = transactions(ctx)
     tid = request.transactional_id
     pid, epoch = -1, -1
-    if tc is None:
-        error = ErrorCode.coordinator_not_available
-    elif not tid:
+    if not tid:
         error = ErrorCode.invalid_request
     elif not is_coordinator(ctx, tid):
         error = ErrorCode.not_coordinator

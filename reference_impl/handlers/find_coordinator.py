@@ -70,7 +70,7 @@ def share_coordinator_key(key: str | None) -> str | None:
 def _locate(ctx: RequestContext, key_type: int, key: str) -> tuple[ErrorCode, int, str, int]:
     if key_type == SHARE:
         canonical = share_coordinator_key(key) if ctx.api_version >= 6 else None
-        if canonical is None or getattr(ctx.state, "share_coordinator", None) is None:
+        if canonical is None or ctx.state.share_coordinator is None:
             return ErrorCode.invalid_request, -1, "", -1
         key = canonical
     elif key_type not in (GROUP, TRANSACTION):

@@ -26,6 +26,7 @@ from kio.schema.errors import ErrorCode
 from reference_impl.handlers._authz import Op, Res, authorized
 from reference_impl.handlers._group_common import NO_THROTTLE, is_coordinator, millis
 from reference_impl.handlers.registry import RequestContext, handles
+from reference_impl.model.transaction_coordinator import TransactionCoordinator
 from reference_impl.protocol import payloads
 from reference_impl.protocol.api_keys import ApiKey
 
@@ -34,9 +35,9 @@ NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 
 
-def transactions(ctx: RequestContext) -> Any:
-    """The cluster's TransactionCoordinator (None until it is wired into ReferenceState)."""
-    return getattr(ctx.state, "transactions", None)
+def transactions(ctx: RequestContext) -> TransactionCoordinator:
+    """The cluster's TransactionCoordinator (read each time: a fail-over rebuilds it)."""
+    return ctx.state.transactions
 
 
 def legacy_fencing(error: ErrorCode, version: int, first_version_with_fenced: int) -> ErrorCode:
@@ -66,14 +67,9 @@ def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     expected = None if pid == NO_PRODUCER_ID else (pid, epoch)
     tc = transactions(ctx)
     if tid is None:
-        allocator = getattr(ctx.state, "producer_ids", None) or (tc.producer_ids if tc is not None else None)
-        if allocator is None:
-            return answer(ErrorCode.coordinator_not_available)
-        return answer(ErrorCode.none, allocator.generate_producer_id(), 0)
+        return answer(ErrorCode.none, ctx.state.producer_ids.generate_producer_id(), 0)
     if not authorized(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, tid):  # KafkaApis checks first
         return answer(ErrorCode.transactional_id_authorization_failed)
-    if tc is None:
-        return answer(ErrorCode.coordinator_not_available)
     if tid == "":
         return answer(ErrorCode.invalid_request)
     if payloads.get(request, "enable2_pc", False):

@@ -11,12 +11,9 @@ is reported at the top level when the coordinator model answers with one.
 
 The transaction coordinator model is asked through
 `state.transactions.list_transactions(state_filters, producer_id_filters, duration_filter)`
-and is expected to apply the filters; the handler re-applies the state and producer id
-filters (idempotent) and the placement. Answer shapes accepted: an iterable of entries,
-or an object with `transactions` (and optionally `error`/`error_code` and
-`unknown_state_filters`), or an `ErrorCode`. Entry attributes read: `transactional_id`,
-`producer_id`, `state` (see describe_transactions for the state spellings).
-Without a transaction coordinator in the model the list is empty.
+(a `ListTransactionsResult`: its error, the unknown state filters, the listed entries) and
+applies the filters; the handler re-applies the state and producer id filters (idempotent)
+and the placement (see describe_transactions for the state spellings).
 """
 
 from __future__ import annotations
@@ -24,7 +21,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from reference_impl.handlers._group_common import NO_THROTTLE
-from reference_impl.handlers.describe_transactions import as_error, canonical_state_filter, field, state_name
+from reference_impl.handlers.describe_transactions import canonical_state_filter, state_name
 from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.protocol import payloads
 from reference_impl.protocol.api_keys import ApiKey
@@ -37,39 +34,27 @@ def handle_list_transactions(ctx: RequestContext, request) -> object:
     state_filters = tuple(request.state_filters)
     producer_id_filters = tuple(int(p) for p in request.producer_id_filters)
     duration_filter = int(payloads.get(request, "duration_filter", -1))
-    unknown = tuple(s for s in state_filters if canonical_state_filter(s) is None)
     known = {s for s in state_filters if canonical_state_filter(s) is not None}
 
-    transactions = getattr(ctx.state, "transactions", None)
-    if transactions is None:
-        return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
-                            unknown_state_filters=unknown, transaction_states=())
-    answer = transactions.list_transactions(state_filters, producer_id_filters, duration_filter)
-    error = as_error(answer)
-    if error is not None:
-        return ctx.response(throttle_time=NO_THROTTLE, error_code=error, unknown_state_filters=(),
-                            transaction_states=())
-    entries = field(answer, "transactions", None) if not isinstance(answer, (list, tuple, set)) else None
-    if entries is None:
-        entries = answer
-    reported_unknown = field(answer, "unknown_state_filters", None) if entries is not answer else None
-    if reported_unknown is not None:
-        unknown = tuple(reported_unknown)
+    answer = ctx.state.transactions.list_transactions(state_filters, producer_id_filters, duration_filter)
+    if answer.error != ErrorCode.none:
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode(int(answer.error)),
+                            unknown_state_filters=(), transaction_states=())
 
     out = []
-    for entry in entries:
-        tid = field(entry, "transactional_id")
+    for entry in answer.transactions:
+        tid = entry.transactional_id
         if ctx.state.coordinator_for(tid) != ctx.node_id:
             continue
-        name = state_name(field(entry, "state"))
+        name = state_name(entry.state)
         if name == "Dead":
             continue
         if state_filters and name not in known:
             continue
-        producer_id = int(field(entry, "producer_id", -1))
+        producer_id = int(entry.producer_id)
         if producer_id_filters and producer_id not in producer_id_filters:
             continue
         out.append(ctx.nested("TransactionState", transactional_id=tid, producer_id=producer_id,
                               transaction_state=name))
-    return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, unknown_state_filters=unknown,
-                        transaction_states=tuple(out))
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+                        unknown_state_filters=tuple(answer.unknown_state_filters), transaction_states=tuple(out))

@@ -117,11 +117,9 @@ def _verify_transaction(
     verification for TV1 producers (Produce < v12; skipped when
     transaction.partition.verification.enable is false), an implicit add for TV2
     producers (Produce v12+). Returns (error, message) to
-    refuse the batch, None to go on with the append. A cluster model without a
-    transaction coordinator skips this (the producer-state seam decides alone).
+    refuse the batch, None to go on with the append.
     """
-    transactions = getattr(ctx.state, "transactions", None)
-    if transactions is None or len(batch) < rec.RECORD_BATCH_OVERHEAD:
+    if len(batch) < rec.RECORD_BATCH_OVERHEAD:
         return None
     try:
         header = rec.parse_batch_header(batch)
@@ -130,11 +128,7 @@ def _verify_transaction(
     if not header.is_transactional or header.is_control or header.producer_id < 0:
         return None
     tracker = part.log.producer_state
-    has_ongoing = getattr(tracker, "has_ongoing_transaction", None)
-    if has_ongoing is not None:
-        if has_ongoing(header.producer_id, header.producer_epoch):
-            return None
-    elif header.producer_id in part.log.ongoing_transactions:
+    if tracker.has_ongoing_transaction(header.producer_id, header.producer_epoch):
         return None
     tid = request.transactional_id
     # Kafka decides by the request version alone (produceRequestVersionToTransactionSupportedOperation):
@@ -143,13 +137,11 @@ def _verify_transaction(
     if ctx.state.coordinator_for(tid) not in ctx.state.alive:
         error = ErrorCode.coordinator_not_available
     else:
-        error = ErrorCode(int(transactions.verify_or_add_partition(
+        error = ErrorCode(int(ctx.state.transactions.verify_or_add_partition(
             tid, header.producer_id, header.producer_epoch, part.log.topic, part.log.partition, add, now_ms=ctx.now_ms,
         )))
     if error == ErrorCode.none:
-        note = getattr(tracker, "note_verified", None)
-        if note is not None:
-            note(header.producer_id, header.producer_epoch, supports_epoch_bump=add)
+        tracker.note_verified(header.producer_id, header.producer_epoch, supports_epoch_bump=add)
         return None
     if error == ErrorCode.invalid_txn_state:
         return error, "Partition was not added to the transaction"

@@ -22,7 +22,7 @@ from kio.schema.errors import ErrorCode
 
 from reference_impl.handlers._authz import cluster_action
 from reference_impl.handlers.registry import RequestContext, handles
-from reference_impl.model.share_coordinator import PersisterResult
+from reference_impl.model.share_coordinator import PersisterResult, ShareCoordinator
 from reference_impl.model.share_state_records import SharePartitionKey, coordinator_key
 from reference_impl.protocol.api_keys import ApiKey
 
@@ -30,8 +30,9 @@ API_KEY = ApiKey.READ_SHARE_GROUP_STATE
 CLUSTER_AUTHORIZATION_MESSAGE = "Cluster authorization failed."  # Errors.CLUSTER_AUTHORIZATION_FAILED
 
 
-def share_coordinator(ctx: RequestContext) -> Any:
-    return getattr(ctx.state, "share_coordinator", None)
+def share_coordinator(ctx: RequestContext) -> ShareCoordinator | None:
+    """The cluster's share coordinator (None: a test runs the leaders without one)."""
+    return ctx.state.share_coordinator
 
 
 def is_well_formed(request: Any) -> bool:

@@ -8,19 +8,18 @@ response for the negotiated version. It may be a coroutine when the request wait
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
+from reference_impl.model.broker_state import ReferenceState
 from reference_impl.protocol import framing, payloads
-
-if TYPE_CHECKING:
-    from reference_impl.server.runtime import BrokerRuntime
+from reference_impl.server.runtime import BrokerRuntime
 
 
 @dataclass(slots=True)
 class RequestContext:
     """Everything a handler may know about the request besides its body."""
 
-    runtime: "BrokerRuntime"
+    runtime: BrokerRuntime
     node_id: int
     connection_id: int
     client_host: str
@@ -32,7 +31,7 @@ class RequestContext:
     connection_state: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def state(self):
+    def state(self) -> ReferenceState:
         return self.runtime.state
 
     @property

@@ -47,7 +47,7 @@ def _error_response(ctx: RequestContext, error: ErrorCode, message: str | None =
 @handles(API_KEY, 1, 2)
 def handle_share_acknowledge(ctx: RequestContext, request: Any) -> Any:
     sync_liveness(ctx)
-    if not getattr(ctx.state.config, "share_groups_enabled", True):
+    if not ctx.state.config.share_groups_enabled:
         return _error_response(ctx, ErrorCode.unsupported_version, "Share groups are not enabled (share.version).")
     if not authorized(ctx, Op.READ, Res.GROUP, request.group_id or ""):  # topic READ: share_fetch.resolve
         return _error_response(ctx, ErrorCode.group_authorization_failed)

@@ -61,11 +61,10 @@ def share_manager(state: Any) -> SharePartitionManager:
 def member_error(state: Any, group_id: str, member_id: str) -> ErrorCode | None:
     """UNKNOWN_MEMBER_ID when membership is checked (`require_group_membership`, off as in
     Kafka) and the share group coordinator does not know the member."""
-    groups = getattr(state, "share_groups", None)
-    if groups is None or not share_manager(state).require_group_membership:
+    if not share_manager(state).require_group_membership:
         return None
-    group = groups.group(group_id)
-    if group is None or member_id not in getattr(group, "members", {}):
+    group = state.share_groups.group(group_id)
+    if group is None or member_id not in group.members:
         return ErrorCode.unknown_member_id
     return None
 
@@ -163,7 +162,7 @@ def _rotate(items: list, epoch: int) -> list:
 @handles(API_KEY, 1, MAX_VERSION)
 async def handle_share_fetch(ctx: RequestContext, request: Any) -> Any:
     sync_liveness(ctx)
-    if not getattr(ctx.state.config, "share_groups_enabled", True):
+    if not ctx.state.config.share_groups_enabled:
         return _error_response(ctx, ErrorCode.unsupported_version, "Share groups are not enabled (share.version).")
     if not authorized(ctx, Op.READ, Res.GROUP, request.group_id or ""):
         return _error_response(ctx, ErrorCode.group_authorization_failed)

@@ -12,19 +12,21 @@ coordinator service and its transactional write):
    already has transactional offsets in flight on that partition with the same epoch,
    the transaction coordinator is asked through
    `state.transactions.verify_or_add_group(tid, pid, epoch, group_id, add=...)` (the model
-   records AddOffsetsToTxn by group id), or, if it only offers the partition form,
-   `verify_or_add_partition(tid, pid, epoch, "__consumer_offsets", partition, add=...)`;
-   v5 (transaction version 2) enrols the partition (`add=True`), v0-v4 only verify. Errors
-   are mapped as Kafka's AddPartitionsToTxnManager does (PRODUCER_FENCED reads
-   INVALID_PRODUCER_EPOCH; TRANSACTION_ABORTABLE reads INVALID_TXN_STATE below v4).
-   Skipped when the model has no transaction coordinator (`state.transactions`) or when
-   `transaction_partition_verification_enable` is false in the broker config;
+   records AddOffsetsToTxn by group id), or, if it only offers the partition form
+   (`OffsetsVerification`), `verify_or_add_partition(tid, pid, epoch, "__consumer_offsets",
+   partition, add=...)`; v5 (transaction version 2) enrols the partition (`add=True`), v0-v4
+   only verify (the coordinator answers NONE to those when
+   transaction.partition.verification.enable is false). Errors are mapped as Kafka's
+   AddPartitionsToTxnManager does (PRODUCER_FENCED reads INVALID_PRODUCER_EPOCH;
+   TRANSACTION_ABORTABLE reads INVALID_TXN_STATE below v4);
 4. the group checks of KIP-447 and the pending store (GroupCoordinator.txn_offset_commit).
 
 A group-level error is reported on every partition that reached the coordinator.
 """
 
 from __future__ import annotations
+
+from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -42,29 +44,41 @@ FIRST_ABORTABLE_VERSION = 4
 FIRST_IMPLICIT_ADD_VERSION = 5
 
 
+class OffsetsVerification(Protocol):
+    """The transaction coordinator as TxnOffsetCommit asks it (TransactionCoordinator offers
+    both forms; a coordinator that inherits `verify_or_add_group` is asked by partition)."""
+
+    def verify_or_add_partition(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int, add: bool
+    ) -> ErrorCode | None:
+        """Verify (or, `add`, enrol) a partition in the producer's transaction."""
+
+    def verify_or_add_group(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str, add: bool
+    ) -> ErrorCode | None:
+        """The same for a group's offsets partition, by group id (as AddOffsetsToTxn records it)."""
+        raise NotImplementedError
+
+
+def _ask_coordinator(transactions: OffsetsVerification, ctx: RequestContext, request, add: bool) -> ErrorCode | None:
+    producer_id, producer_epoch = int(request.producer_id), int(request.producer_epoch)
+    try:
+        return transactions.verify_or_add_group(
+            request.transactional_id, producer_id, producer_epoch, request.group_id, add=add)
+    except NotImplementedError:  # the coordinator records offsets partitions only
+        return transactions.verify_or_add_partition(
+            request.transactional_id, producer_id, producer_epoch,
+            OFFSETS_TOPIC, ctx.state.groups.offsets_partition_for(request.group_id), add=add)
+
+
 def _verify_transaction(ctx: RequestContext, request) -> ErrorCode:
     """KIP-890 verification of the group's offsets partition; NONE when it may be written."""
     state = ctx.state
-    transactions = getattr(state, "transactions", None)
-    if transactions is None:
-        return ErrorCode.none  # no transaction coordinator in this model
-    if not bool(getattr(state.config, "transaction_partition_verification_enable", True)):
-        return ErrorCode.none
-    groups = state.groups
     producer_id, producer_epoch = int(request.producer_id), int(request.producer_epoch)
-    if groups.has_ongoing_transaction(request.group_id, producer_id, producer_epoch):
+    if state.groups.has_ongoing_transaction(request.group_id, producer_id, producer_epoch):
         return ErrorCode.none
     add = ctx.api_version >= FIRST_IMPLICIT_ADD_VERSION
-    if hasattr(transactions, "verify_or_add_group"):
-        # The transaction coordinator model records groups (AddOffsetsToTxn) by group id.
-        error = transactions.verify_or_add_group(
-            request.transactional_id, producer_id, producer_epoch, request.group_id, add=add)
-    elif hasattr(transactions, "verify_or_add_partition"):
-        error = transactions.verify_or_add_partition(
-            request.transactional_id, producer_id, producer_epoch,
-            OFFSETS_TOPIC, groups.offsets_partition_for(request.group_id), add=add)
-    else:
-        return ErrorCode.none
+    error = _ask_coordinator(state.transactions, ctx, request, add)
     error = ErrorCode(int(error)) if error is not None else ErrorCode.none
     if error in (ErrorCode.producer_fenced, ErrorCode.invalid_producer_epoch) and state.config.seeded_bugs.has(
             bugs.TXN_OFFSET_STALE_PRODUCER_EPOCH_ACCEPTED):

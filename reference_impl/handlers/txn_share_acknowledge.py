@@ -45,7 +45,7 @@ def _response(ctx: RequestContext, error: ErrorCode, topics: tuple = (), endpoin
 def _member_error(state: Any, group_id: str, member_id: str, member_epoch: int) -> ErrorCode | None:
     """KIP-1289 corner case 8: the share group coordinator's view of the member."""
     group = state.share_groups.group(group_id)
-    member = None if group is None else getattr(group, "members", {}).get(member_id)
+    member = None if group is None else group.members.get(member_id)
     if member is None:
         return ErrorCode.unknown_member_id
     if int(member.member_epoch) != member_epoch:

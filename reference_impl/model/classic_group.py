@@ -22,7 +22,10 @@ import struct
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from kio.schema.consumer_protocol_subscription.v0.data import ConsumerProtocolSubscription
 from kio.schema.errors import ErrorCode
+
+from reference_impl.protocol import framing
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 UNKNOWN_MEMBER_ID = ""
@@ -418,10 +421,6 @@ _VERSION = struct.Struct(">h")
 
 def parse_subscription_topics(metadata: bytes) -> list[str] | None:
     """Topics of a ConsumerProtocolSubscription (version prefix, then the v0 prefix fields)."""
-    from kio.schema.consumer_protocol_subscription.v0.data import ConsumerProtocolSubscription
-
-    from reference_impl.protocol import framing
-
     if len(metadata) < _VERSION.size:
         return None
     try:

@@ -40,7 +40,7 @@ from reference_impl.model.classic_group import (
     SyncResult,
 )
 from reference_impl.model import seeded_bugs as bugs
-from reference_impl.model.broker_state import BrokerConfig
+from reference_impl.model.broker_config import BrokerConfig
 from reference_impl.model.clock import Clock
 from reference_impl.model.seeded_bugs import SeededBugs
 from reference_impl.model.offset_store import NO_METADATA, INVALID_OFFSET, OffsetAndMetadata, OffsetStore
@@ -1019,6 +1019,11 @@ class GroupCoordinator:
     def open_transactions(self, group_id: str) -> frozenset[int]:
         """Producer ids whose open transaction committed offsets for the group."""
         return self.offsets.open_transactions(group_id)
+
+    def groups_with_open_transactions(self) -> list[str]:
+        """Groups holding pending transactional offsets (the transaction coordinator's
+        marker completes those placed on the marker's offsets partition)."""
+        return self.offsets.groups_with_open_transactions()
 
     def on_topic_deleted(self, topic: str) -> None:
         self.offsets.delete_topic(topic)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Iterator, Protocol
+from typing import Iterator, Sequence
 
 from kio.schema.errors import ErrorCode
 
@@ -205,26 +205,84 @@ class TimestampAndOffset:
     leader_epoch: int  # -1 when unknown
 
 
-class ProducerStateTracker(Protocol):
+@dataclass(frozen=True, slots=True)
+class ProducerSnapshot:
+    """One active producer as DescribeProducers reports it (also importable as
+    `producer_state.ProducerSnapshot`)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int  # -1 without an open transaction
+
+
+class ProducerStateTracker:
     """Seam for idempotence/transactions: called for every batch with a producer id.
 
-    Optional methods, used when a tracker has them: `attach(log)` (from the log's
-    constructor), `validate_marker(log, producer_id, producer_epoch, coordinator_epoch,
-    transaction_version)` (before a marker is written; raises LogError),
-    `on_marker(producer_id, producer_epoch, committed, coordinator_epoch, timestamp_ms=)`
-    (after a marker is stored) and `tick(now_ms)` (timers).
+    `validate` and `on_append` are what a tracker must answer; the other methods default to
+    a tracker that keeps no producer state (`producer_state.ProducerStateManager` overrides
+    all but `attach`): `attach(log)` (from the log's constructor), `validate_marker` (before a marker
+    is written; raises LogError), `on_marker` (after a marker is stored), `tick(now_ms)`
+    (timers), and for the handlers `active_producers()` (DescribeProducers),
+    `has_ongoing_transaction` and `note_verified` (Produce's KIP-890 verification).
     """
+
+    _log: "PartitionLog | None" = None
 
     def validate(self, log: "PartitionLog", header: BatchHeader, now_ms: int) -> None:
         """Raise LogError (e.g. OUT_OF_ORDER_SEQUENCE_NUMBER) to reject the batch, or
         DuplicateBatch for a retry of a batch already appended."""
+        raise NotImplementedError
 
     def on_append(self, log: "PartitionLog", batch: StoredBatch, now_ms: int) -> None:
         """Record the appended data batch (sequence numbers, epoch, ...); not called for
         control batches (see on_marker)."""
+        raise NotImplementedError
+
+    def attach(self, log: "PartitionLog") -> None:
+        """Called by PartitionLog.__init__: the log whose open transactions count."""
+        self._log = log
+
+    def validate_marker(
+        self,
+        log: "PartitionLog",
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        transaction_version: int | None = None,
+    ) -> None:
+        """Check a COMMIT/ABORT marker before it is written; raise LogError to refuse it."""
+
+    def on_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        committed: bool,
+        coordinator_epoch: int,
+        *,
+        timestamp_ms: int | None = None,
+    ) -> None:
+        """A COMMIT/ABORT marker was stored."""
+
+    def tick(self, now_ms: int) -> object:
+        """Timers (producer id expiration)."""
+        return None
+
+    def active_producers(self) -> Sequence[ProducerSnapshot]:
+        """DescribeProducers' producer snapshots: none without producer state."""
+        return ()
+
+    def has_ongoing_transaction(self, producer_id: int, producer_epoch: int) -> bool:
+        """An open transaction of this producer on the partition (without epochs: any)."""
+        return self._log is not None and producer_id in self._log.ongoing_transactions
+
+    def note_verified(self, producer_id: int, producer_epoch: int, *, supports_epoch_bump: bool) -> None:
+        """The produce path had the coordinator verify the partition (KIP-890)."""
 
 
-class UntrackedProducers:
+class UntrackedProducers(ProducerStateTracker):
     """No producer state: what a broker answers for a producer id it knows nothing of.
 
     Idempotent (non-transactional) batches are accepted whatever their sequence (a
@@ -273,9 +331,7 @@ class PartitionLog:
         self._aborted: list[AbortedTransaction] = []
         # Bumped on every change; waiters compare it.
         self.version = 0
-        attach = getattr(self.producer_state, "attach", None)
-        if attach is not None:
-            attach(self)
+        self.producer_state.attach(self)
 
     # -- offsets ---------------------------------------------------------------------
 
@@ -476,9 +532,7 @@ class PartitionLog:
         for an older epoch, TRANSACTION_COORDINATOR_FENCED for an older coordinator
         epoch); `transaction_version` >= 2 applies KIP-1228's stricter epoch check.
         """
-        check = getattr(self.producer_state, "validate_marker", None)
-        if check is not None:
-            check(self, producer_id, producer_epoch, coordinator_epoch, transaction_version)
+        self.producer_state.validate_marker(self, producer_id, producer_epoch, coordinator_epoch, transaction_version)
         data = rec.build_control_batch(
             control_type,
             producer_id=producer_id,
@@ -513,16 +567,14 @@ class PartitionLog:
             if not header.is_control:
                 self.producer_state.on_append(self, stored, now_ms)
             elif marker is not None:
-                on_marker = getattr(self.producer_state, "on_marker", None)
-                if on_marker is not None:
-                    ctype, coordinator_epoch = marker
-                    on_marker(
-                        header.producer_id,
-                        header.producer_epoch,
-                        ctype is ControlType.COMMIT,
-                        coordinator_epoch,
-                        timestamp_ms=stored.record_timestamps[0] if stored.record_timestamps else now_ms,
-                    )
+                ctype, coordinator_epoch = marker
+                self.producer_state.on_marker(
+                    header.producer_id,
+                    header.producer_epoch,
+                    ctype is ControlType.COMMIT,
+                    coordinator_epoch,
+                    timestamp_ms=stored.record_timestamps[0] if stored.record_timestamps else now_ms,
+                )
         self.version += 1
         return stored
 
@@ -548,9 +600,7 @@ class PartitionLog:
 
     def tick(self, now_ms: int) -> None:
         """Timers of the log's producer state (producer id expiration)."""
-        tick = getattr(self.producer_state, "tick", None)
-        if tick is not None:
-            tick(now_ms)
+        self.producer_state.tick(now_ms)
 
     # -- reading ---------------------------------------------------------------------
 

@@ -52,15 +52,19 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Iterable, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from reference_impl.model.partition_log import DuplicateBatch, LogError
+from reference_impl.model.partition_log import (
+    DuplicateBatch,
+    LogError,
+    PartitionLog,
+    ProducerSnapshot,
+    ProducerStateTracker,
+    StoredBatch,
+)
 from reference_impl.protocol.records import NO_PRODUCER_EPOCH, NO_SEQUENCE, NO_TIMESTAMP, BatchHeader
-
-if TYPE_CHECKING:
-    from reference_impl.model.partition_log import PartitionLog, StoredBatch
 
 NUM_BATCHES_TO_RETAIN = 5  # ProducerStateEntry.NUM_BATCHES_TO_RETAIN
 INT32_MAX = (1 << 31) - 1
@@ -78,6 +82,13 @@ def sequence_after(seq: int, delta: int) -> int:
     return (seq + delta) % (1 << 31)
 
 
+class ProducerExpirySettings(Protocol):
+    """The producer id expiry settings a config carries (BrokerConfig, ProducerStateConfig)."""
+
+    producer_id_expiration_ms: int
+    producer_id_expiration_check_interval_ms: int
+
+
 @dataclass(frozen=True, slots=True)
 class ProducerStateConfig:
     """Broker configs the manager honours (Kafka names in comments)."""
@@ -87,20 +98,16 @@ class ProducerStateConfig:
     producer_id_expiration_check_interval_ms: int = DEFAULT_EXPIRATION_CHECK_INTERVAL_MS
 
     @classmethod
-    def of(cls, config: Any = None) -> "ProducerStateConfig":
-        """This config from itself, None (defaults) or any object carrying the same
-        attribute names (e.g. a BrokerConfig that grew them)."""
+    def of(cls, config: ProducerExpirySettings | None = None) -> "ProducerStateConfig":
+        """This config from itself, None (defaults) or another config carrying the same
+        settings (a BrokerConfig)."""
         if config is None:
             return cls()
         if isinstance(config, cls):
             return config
         return cls(
-            producer_id_expiration_ms=int(
-                getattr(config, "producer_id_expiration_ms", DEFAULT_PRODUCER_ID_EXPIRATION_MS)
-            ),
-            producer_id_expiration_check_interval_ms=int(
-                getattr(config, "producer_id_expiration_check_interval_ms", DEFAULT_EXPIRATION_CHECK_INTERVAL_MS)
-            ),
+            producer_id_expiration_ms=int(config.producer_id_expiration_ms),
+            producer_id_expiration_check_interval_ms=int(config.producer_id_expiration_check_interval_ms),
         )
 
 
@@ -161,37 +168,21 @@ class ProducerStateEntry:
         return None
 
 
-@dataclass(frozen=True, slots=True)
-class ProducerSnapshot:
-    """One active producer as DescribeProducers reports it."""
+class ProducerStateManager(ProducerStateTracker):
+    """Producer state of one partition (a `partition_log.ProducerStateTracker`)."""
 
-    producer_id: int
-    producer_epoch: int
-    last_sequence: int
-    last_timestamp: int
-    coordinator_epoch: int
-    current_txn_start_offset: int  # -1 without an open transaction
-
-
-class ProducerStateManager:
-    """Producer state of one partition (implements `partition_log.ProducerStateTracker`)."""
-
-    def __init__(self, config: Any = None) -> None:
+    def __init__(self, config: ProducerExpirySettings | None = None) -> None:
         self.config = ProducerStateConfig.of(config)
         self._producers: dict[int, ProducerStateEntry] = {}
-        self._log: "PartitionLog | None" = None
+        self._log: PartitionLog | None = None
         self._next_expiration_check: int | None = None
         # producer id -> (epoch, supports epoch bump) of a KIP-890 verification that the
         # produce path completed for the producer's next transactional batch here.
         self._verified: dict[int, tuple[int, bool]] = {}
 
-    # -- wiring -----------------------------------------------------------------------
+    # -- wiring (`attach`, inherited, keeps the log whose open transactions count) -------
 
-    def attach(self, log: "PartitionLog") -> None:
-        """Called by PartitionLog.__init__: the log whose open transactions count."""
-        self._log = log
-
-    def _ongoing(self, log: "PartitionLog | None" = None) -> dict[int, int]:
+    def _ongoing(self, log: PartitionLog | None = None) -> dict[int, int]:
         log = log if log is not None else self._log
         return log.ongoing_transactions if log is not None else {}
 
@@ -242,12 +233,12 @@ class ProducerStateManager:
         producer's transaction; `supports_epoch_bump` for a transaction version 2 client.
         Kafka then refuses a first transactional batch with a sequence other than 0 from
         a producer the partition holds no state for. Forgotten at the next append or
-        marker of the producer. Optional: without it no such check is made."""
+        marker of the producer."""
         self._verified[producer_id] = (producer_epoch, supports_epoch_bump)
 
     # -- client appends ---------------------------------------------------------------
 
-    def validate(self, log: "PartitionLog", header: BatchHeader, now_ms: int) -> None:
+    def validate(self, log: PartitionLog, header: BatchHeader, now_ms: int) -> None:
         """Check one client batch; raise DuplicateBatch or LogError (see module doc)."""
         if self._log is None:
             self._log = log
@@ -306,7 +297,7 @@ class ProducerStateManager:
                 ErrorCode.invalid_txn_state,
             )
 
-    def on_append(self, log: "PartitionLog", batch: "StoredBatch", now_ms: int) -> None:
+    def on_append(self, log: PartitionLog, batch: StoredBatch, now_ms: int) -> None:
         """Record a stored data batch (client or broker written)."""
         if self._log is None:
             self._log = log
@@ -333,7 +324,7 @@ class ProducerStateManager:
 
     def validate_marker(
         self,
-        log: "PartitionLog",
+        log: PartitionLog,
         producer_id: int,
         producer_epoch: int,
         coordinator_epoch: int,
@@ -419,6 +410,7 @@ __all__ = [
     "DuplicateBatch",
     "NUM_BATCHES_TO_RETAIN",
     "ProducerSnapshot",
+    "ProducerExpirySettings",
     "ProducerStateConfig",
     "ProducerStateEntry",
     "ProducerStateManager",

@@ -47,12 +47,12 @@ import hashlib
 import itertools
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from kio.schema.errors import ErrorCode
 
 from reference_impl.model import seeded_bugs as bugs
-from reference_impl.model.broker_state import BrokerConfig
+from reference_impl.model.broker_config import BrokerConfig
 from reference_impl.model.clock import Clock
 from reference_impl.model.seeded_bugs import SeededBugs
 from reference_impl.model.share_assignor import MemberSpec, SimpleAssignor
@@ -159,6 +159,23 @@ class Deadline:
     seq: int
 
 
+class TopicView(Protocol):
+    """A topic as the share group coordinator reads it (topics.Topic)."""
+
+    topic_id: TopicId
+    partitions: Sequence[object]
+
+
+class TopicsView(Protocol):
+    """The cluster's topics as the share group coordinator reads them (topics.TopicRegistry)."""
+
+    def get(self, name: str) -> TopicView | None:
+        """The topic of that name, or None."""
+
+    def name_for_id(self, topic_id: TopicId) -> str | None:
+        """The name of the topic with that id, or None."""
+
+
 class _Error(Exception):
     def __init__(self, error: ErrorCode, message: str | None = None) -> None:
         super().__init__(message)
@@ -177,7 +194,7 @@ class ShareGroupCoordinator:
         node_ids: Sequence[int],
         clock: Clock,
         config: BrokerConfig,
-        topics_view: Any,
+        topics_view: TopicsView,
         *,
         other_group_type: Callable[[str], str | None] | None = None,
         group_config: Callable[[str], Mapping[str, Any] | None] | None = None,
@@ -297,10 +314,7 @@ class ShareGroupCoordinator:
         topic = self.topics_view.get(name)
         if topic is None:
             return None
-        count = getattr(topic, "num_partitions", None)
-        if count is None:
-            count = len(topic.partitions)
-        return topic.topic_id, int(count)
+        return topic.topic_id, len(topic.partitions)
 
     def _metadata_hash(self, names: Iterable[str]) -> int:
         """Kafka's group metadata hash: over the subscribed topics that exist."""
@@ -682,8 +696,7 @@ class ShareGroupCoordinator:
         self._apply([state_partition_metadata_record(group_id, initializing, done, dict(group.deleting))], now)
 
     def _name_of(self, topic_id: TopicId) -> str | None:
-        finder = getattr(self.topics_view, "name_for_id", None)
-        return finder(topic_id) if finder is not None else None
+        return self.topics_view.name_for_id(topic_id)
 
     # -- ShareGroupDescribe / ListGroups / DeleteGroups ---------------------------------
 

@@ -892,9 +892,7 @@ def _batch_fields(batch) -> tuple[int, int, Sequence[int]]:
     if isinstance(batch, tuple | list):
         first, last, types = batch
     else:
-        first = getattr(batch, "first_offset")
-        last = getattr(batch, "last_offset")
-        types = getattr(batch, "acknowledge_types")
+        first, last, types = batch.first_offset, batch.last_offset, batch.acknowledge_types
     if isinstance(types, int):
         types = [types]
     return int(first), int(last), list(types)

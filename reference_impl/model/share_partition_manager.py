@@ -36,6 +36,7 @@ from reference_impl.model.share_partition import (
 from reference_impl.model.share_partition_config import SharePartitionConfig
 from reference_impl.model import seeded_bugs as bugs
 from reference_impl.model.share_session import DEFAULT_MAX_SHARE_SESSIONS, ShareSession, ShareSessionCache
+from reference_impl.model.share_state_records import SharePartitionKey, StateBatch
 
 SharePartitionId = tuple[str, uuid.UUID, int]  # (group id, topic id, partition)
 
@@ -194,8 +195,6 @@ class SharePartitionManager:
         sc = self.share_coordinator
         if sc is None:
             return
-        from reference_impl.model.share_state_records import StateBatch
-
         batches = [StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in sp.state_batches()]
         group_id, topic_id, partition = key
         result = sc.write(
@@ -210,8 +209,6 @@ class SharePartitionManager:
         sc = self.share_coordinator
         if sc is None:
             return None
-        from reference_impl.model.share_state_records import SharePartitionKey
-
         return sc.state(SharePartitionKey(group_id, topic_id, partition))
 
     # -- operations --------------------------------------------------------------------

@@ -8,7 +8,7 @@ registers/divergences.yaml.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping, Protocol
 
 from reference_impl.model.java_hash import partition_for_key
 
@@ -22,16 +22,22 @@ SHARE_STATE_TOPIC = "__share_group_state"
 TXN_ACK_TYPES = frozenset({1, 3})
 
 
-def _levels(config: Any) -> Mapping[str, int]:
-    return getattr(config, "finalized_features", None) or {}
+class FinalizedFeatures(Protocol):
+    """The finalized feature levels of a cluster (BrokerConfig.finalized_features)."""
+
+    finalized_features: Mapping[str, int]
 
 
-def advertised(config: Any) -> bool:
+def _levels(config: FinalizedFeatures) -> Mapping[str, int]:
+    return config.finalized_features or {}
+
+
+def advertised(config: FinalizedFeatures) -> bool:
     """Brokers advertise api key 93 only when share.version >= 2 is finalized."""
     return int(_levels(config).get(SHARE_VERSION_FEATURE, 0)) >= SHARE_VERSION_TXN_ACK
 
 
-def refusal(config: Any) -> str | None:
+def refusal(config: FinalizedFeatures) -> str | None:
     """Why a TxnShareAcknowledge cannot be served now (None: it can)."""
     levels = _levels(config)
     if not advertised(config):

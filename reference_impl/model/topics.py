@@ -26,17 +26,15 @@ import re
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from kio.schema.errors import ErrorCode
 
 from reference_impl.model.acls import Operation, operations_bitfield
+from reference_impl.model.broker_config import BrokerConfig
 from reference_impl.model.clock import Clock
 from reference_impl.model.partition_log import INT64_MAX, LogConfig, PartitionLog, ProducerStateTracker
 from reference_impl.protocol.records import TimestampType
-
-if TYPE_CHECKING:
-    from reference_impl.model.broker_state import BrokerConfig
 
 MAX_NAME_LENGTH = 249
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -377,7 +375,7 @@ class FetchSessionCache:
 
 
 class TopicRegistry:
-    def __init__(self, node_ids: list[int], clock: Clock, config: "BrokerConfig") -> None:
+    def __init__(self, node_ids: list[int], clock: Clock, config: BrokerConfig) -> None:
         if not node_ids:
             raise ValueError("a cluster needs at least one node")
         self.node_ids = sorted(node_ids)

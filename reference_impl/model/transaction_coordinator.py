@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -52,7 +52,8 @@ from reference_impl.model.clock import Clock
 from reference_impl.model.partition_log import LogError
 from reference_impl.model.producer_ids import ProducerIdManager, ProducerIdsExhausted
 from reference_impl.model import seeded_bugs as bugs
-from reference_impl.model.seeded_bugs import NO_BUGS, SeededBugs
+from reference_impl.model.topics import TopicRegistry
+from reference_impl.model.transaction_config import TransactionConfig
 from reference_impl.model.transaction_log import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
@@ -65,9 +66,6 @@ from reference_impl.model.transaction_log import (
 )
 from reference_impl.model.transaction_state import TransactionState, check_transition
 from reference_impl.protocol.records import ControlType
-
-if TYPE_CHECKING:
-    from reference_impl.model.topics import TopicRegistry
 
 S = TransactionState
 SHORT_MAX = (1 << 15) - 1
@@ -87,36 +85,6 @@ def is_epoch_exhausted(epoch: int) -> bool:
 
 def supports_epoch_bump(transaction_version: int) -> bool:
     return transaction_version >= 2
-
-
-@dataclass(slots=True)
-class TransactionConfig:
-    """Transaction coordinator settings (Kafka's broker config names and defaults)."""
-
-    transaction_max_timeout_ms: int = 900_000  # transaction.max.timeout.ms
-    transactional_id_expiration_ms: int = 604_800_000  # transactional.id.expiration.ms
-    # transaction.abort.timed.out.transaction.cleanup.interval.ms
-    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
-    # transaction.remove.expired.transaction.cleanup.interval.ms
-    transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
-    transaction_state_log_num_partitions: int = 50  # transaction.state.log.num.partitions
-    transaction_partition_verification_enable: bool = True  # transaction.partition.verification.enable
-    offsets_topic_num_partitions: int = 50  # offsets.topic.num.partitions (group participants' partition)
-    # Model-only: delay between the durable decision and the markers being written.
-    # 0 = at the next tick; None = within the EndTxn/abort itself.
-    marker_delay_ms: int | None = 0
-    # Model-only (Kafka has no such config): how long a restarted coordinator node spends
-    # loading its transactional ids from the transaction log, answering
-    # COORDINATOR_LOAD_IN_PROGRESS meanwhile, as Kafka does while it loads a
-    # __transaction_state partition (whose duration depends on the log's size).
-    load_duration_ms: int = 500
-    # Model-only (the draft round-trip KIP, docs/txn-roundtrip.md): the longest a client's
-    # AddPartitionsToTxn is held while the previous transaction's markers are pending, when
-    # transaction.roundtrip.version is finalized; then CONCURRENT_TRANSACTIONS as today
-    # (DIV-200202). Below the clients' default request.timeout.ms (30 s).
-    add_partitions_hold_max_ms: int = 10_000
-    # Deliberate bugs (reference:bug=NAME; seeded_bugs.py).
-    seeded_bugs: SeededBugs = NO_BUGS
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +146,34 @@ def _participants(value: TransactionLogValue) -> set[_Participant]:
     return out
 
 
+class BrokerSettings(Protocol):
+    """What the coordinator reads of the broker config (BrokerConfig)."""
+
+    transaction: TransactionConfig
+    finalized_features: Mapping[str, int]
+
+
+class OffsetsParticipants(Protocol):
+    """The group coordinator as the transaction coordinator sees it (GroupCoordinator):
+    groups take part in a transaction through their __consumer_offsets partition
+    (AddOffsetsToTxn, TxnOffsetCommit), and a marker completes their pending offsets."""
+
+    def offsets_partition_for(self, group_id: str) -> int:
+        """The group's __consumer_offsets partition."""
+
+    def complete_transactional_offsets(
+        self, group_id: str, producer_id: int, producer_epoch: int, committed: bool
+    ) -> object:
+        """A marker reached the group's offsets partition: commit or drop the producer's
+        pending offsets of the group."""
+
+    def groups_with_open_transactions(self) -> Iterable[str]:
+        """Groups holding pending transactional offsets."""
+
+    def open_transactions(self, group_id: str) -> frozenset[int]:
+        """Producer ids with pending transactional offsets in the group."""
+
+
 class TransactionCoordinator:
     """Transaction metadata per transactional id, its log, markers and timers."""
 
@@ -185,9 +181,9 @@ class TransactionCoordinator:
         self,
         node_ids: list[int],
         clock: Clock,
-        config: Any = None,
-        topics: "TopicRegistry | None" = None,
-        groups: Any = None,
+        config: BrokerSettings | None = None,
+        topics: TopicRegistry | None = None,
+        groups: OffsetsParticipants | None = None,
         *,
         producer_ids: ProducerIdManager | None = None,
         txn_config: TransactionConfig | None = None,
@@ -196,8 +192,10 @@ class TransactionCoordinator:
     ) -> None:
         self.node_ids = sorted(node_ids)
         self.clock = clock
-        self.config = config  # BrokerConfig (finalized features; `transaction` settings if wired)
-        self.txn_config: TransactionConfig = txn_config or getattr(config, "transaction", None) or TransactionConfig()
+        self.config = config  # BrokerConfig (finalized features; `transaction` settings unless txn_config)
+        self.txn_config: TransactionConfig = txn_config or (
+            config.transaction if config is not None else TransactionConfig()
+        )
         self.topics = topics
         self.groups = groups
         self.producer_ids = producer_ids or ProducerIdManager()
@@ -243,7 +241,7 @@ class TransactionCoordinator:
 
     def transaction_version(self) -> int:
         """The finalized `transaction.version` of the cluster."""
-        features = getattr(self.config, "finalized_features", None) or {}
+        features = self.config.finalized_features if self.config is not None else {}
         return int(features.get(TRANSACTION_VERSION_FEATURE, DEFAULT_TRANSACTION_VERSION))
 
     def validate_transaction_timeout(self, timeout_ms: int) -> bool:
@@ -253,10 +251,9 @@ class TransactionCoordinator:
         return partition_for(transactional_id, self.txn_config.transaction_state_log_num_partitions)
 
     def offsets_partition_for(self, group_id: str) -> int:
-        """The group's __consumer_offsets partition (the group coordinator's answer if it has one)."""
-        fn = getattr(self.groups, "offsets_partition_for", None)
-        if fn is not None:
-            return int(fn(group_id))
+        """The group's __consumer_offsets partition (the group coordinator's answer if there is one)."""
+        if self.groups is not None:
+            return int(self.groups.offsets_partition_for(group_id))
         return partition_for(group_id, self.txn_config.offsets_topic_num_partitions)
 
     def _offsets_partitions(self, value: TransactionLogValue) -> set[int]:
@@ -792,19 +789,16 @@ class TransactionCoordinator:
         """A marker reached an offsets partition: the group coordinator completes the pending
         transactional offsets of this producer for the named groups and for every group on
         those partitions with an open transaction of the producer."""
-        complete = getattr(self.groups, "complete_transactional_offsets", None)
-        if complete is None:  # group coordinator without transactional offsets
+        groups = self.groups
+        if groups is None:  # no group coordinator: no transactional offsets
             return
         targets = set(group_ids)
         if offsets_partitions:
-            with_open = getattr(getattr(self.groups, "offsets", None), "groups_with_open_transactions", None)
-            open_of = getattr(self.groups, "open_transactions", None)
-            if with_open is not None and open_of is not None:
-                for g in with_open():
-                    if self.offsets_partition_for(g) in offsets_partitions and value.producer_id in open_of(g):
-                        targets.add(g)
+            for g in groups.groups_with_open_transactions():
+                if self.offsets_partition_for(g) in offsets_partitions and value.producer_id in groups.open_transactions(g):
+                    targets.add(g)
         for g in sorted(targets):
-            complete(g, value.producer_id, value.producer_epoch, committed)
+            groups.complete_transactional_offsets(g, value.producer_id, value.producer_epoch, committed)
 
     def _markers_due(self, value: TransactionLogValue, now: int) -> bool:
         delay = self.txn_config.marker_delay_ms
@@ -992,11 +986,13 @@ class TransactionCoordinator:
 
 
 __all__ = [
+    "BrokerSettings",
     "DEFAULT_TRANSACTION_VERSION",
     "EndTxnResult",
     "InitProducerIdResult",
     "ListTransactionsResult",
     "ListedTransaction",
+    "OffsetsParticipants",
     "TransactionConfig",
     "TransactionCoordinator",
     "TransactionDescription",

@@ -24,6 +24,7 @@ from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeade
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
+from reference_impl.protocol import schemas
 from reference_impl.protocol.api_keys import ApiKey
 
 
@@ -84,8 +85,6 @@ def response_schema(api_key: int, api_version: int) -> type:
 
 def _extra_schema(api_key: int, api_version: int, kind: str) -> type:
     """Schemas kio lacks (KIP-1289's api key 93), generated into protocol/schemas."""
-    from reference_impl.protocol import schemas
-
     cls = schemas.lookup(api_key, api_version, kind)
     if cls is None:
         raise UnsupportedApi(api_key, api_version)
@@ -269,7 +268,7 @@ def check_collection_sizes(cls: type, data: bytes | memoryview, offset: int) -> 
     PayloadDecodeError where Kafka's parser would throw. Returns the end offset, or None
     when the schema has a shape this walk does not model (then decode_request runs the
     null check on the decoded body instead)."""
-    flexible = bool(getattr(cls, "__flexible__", False))
+    flexible = bool(getattr(cls, "__flexible__", False))  # probe: a kio schema class (foreign)
     try:
         program = _program(cls, flexible)
     except _Unguardable:
@@ -369,7 +368,7 @@ def _nullability(cls: type) -> tuple[tuple[str, bool, type | None], ...]:
 def check_non_nullable(entity: Any, path: str = "") -> None:
     """The null-array check on a decoded entity, for schemas the walk does not model."""
     for name, nullable, nested in _nullability(type(entity)):
-        value = getattr(entity, name)
+        value = getattr(entity, name)  # probe: a kio entity's field, named by dataclasses.fields
         if value is None:
             if not nullable:
                 raise PayloadDecodeError(f"non-nullable field {path}{name} was serialized as null")
@@ -422,6 +421,18 @@ def decode_response(frame: bytes, api_key: int, api_version: int) -> tuple[int, 
         cls = response_schema(api_key, api_version)
         raise PayloadDecodeError(f"{decoded.trailing_bytes} trailing bytes after {cls.__name__} v{api_version}")
     return decoded.correlation_id, decoded.body
+
+
+def decode_tolerant_response(frame: bytes, api_key: int, api_version: int) -> tuple[int, object]:
+    """(correlation id, body) of a response frame (no size prefix) with the tolerant class."""
+    cls = schemas.tolerant_response(api_key, api_version)
+    if cls is None:
+        raise LookupError(f"no tolerant schema for api {api_key} v{api_version}")
+    header_cls = ResponseHeaderV1 if response_header_version(api_key, api_version) == 1 \
+        else ResponseHeaderV0
+    header, size = decode_entity(header_cls, frame)
+    body, _ = decode_entity(cls, frame, size)
+    return int(header.correlation_id), body
 
 
 # --- stream splitting -------------------------------------------------------------

@@ -35,11 +35,11 @@ def nested(anchor: type | Any, class_name: str) -> type:
     cls = anchor if isinstance(anchor, type) else type(anchor)
     module: ModuleType = sys.modules[cls.__module__]
     try:
-        return getattr(module, class_name)
+        return getattr(module, class_name)  # probe: a kio schema module (foreign), class by name
     except AttributeError:
         raise LookupError(f"{module.__name__} has no class {class_name}") from None
 
 
 def get(obj: Any, name: str, default: Any = None) -> Any:
     """Field of a payload that may not exist in older versions."""
-    return getattr(obj, name, default) if has_field(obj, name) else default
+    return getattr(obj, name, default) if has_field(obj, name) else default  # probe: kio fields differ by version

@@ -17,11 +17,12 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from reference_impl import handlers as _handlers  # noqa: F401  (registers every API handler)
 from reference_impl.handlers._authz import PRINCIPAL
 from reference_impl.handlers.api_versions import unsupported_version_response
+# Importing reference_impl.handlers (done by these imports) registers every API handler.
 from reference_impl.handlers.registry import CloseConnection, RequestContext, lookup
-from reference_impl.model.broker_state import BrokerConfig, NodeEndpoint, ReferenceState
+from reference_impl.model.broker_config import BrokerConfig
+from reference_impl.model.broker_state import NodeEndpoint, ReferenceState
 from reference_impl.model.clock import Clock, SystemClock
 from reference_impl.protocol import framing
 from reference_impl.server.runtime import BrokerRuntime
@@ -216,10 +217,8 @@ class ReferenceCluster:
             writer.close()
 
     async def _on_disconnect(self, conn: _Connection) -> None:
-        hook = getattr(self.state, "on_disconnect", None)
-        if hook is not None:
-            hook(conn.connection_id)
-            await self.runtime.notify()
+        self.state.on_disconnect(conn.connection_id)
+        await self.runtime.notify()
 
     async def _answer_with_faults(self, conn: _Connection, frame: bytes) -> Any:
         """Serve a frame, unless the request hook holds, drops or answers it with an error.

@@ -15,6 +15,7 @@ from reference_impl.model.acls import (
     ResourceType as Res,
 )
 from reference_impl.model.broker_state import BrokerConfig
+from reference_impl.protocol import framing, payloads
 from reference_impl.protocol.api_keys import ApiKey
 from reference_impl.server.broker_server import ThreadedReferenceCluster
 
@@ -138,8 +139,6 @@ def _create_read_acl(node: RawClient, principal: str) -> int:
 
 
 def _nested(api_key: int, name: str, **fields):
-    from reference_impl.protocol import framing, payloads
-
     return payloads.build(payloads.nested(framing.request_schema(api_key, 3), name), **fields)
 
 

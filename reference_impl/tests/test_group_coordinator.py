@@ -177,7 +177,8 @@ def test_missing_assignment_is_empty_and_unknown_ids_ignored() -> None:
     a, b = stable_group_of(coord, 2)
     assert coord.group(G).member(b).assignment == b.encode()
     # Leader rejoins -> rebalance; assigns nothing to b.
-    pa, pb = join(coord, a), join(coord, b)
+    join(coord, a)
+    join(coord, b)
     gen = coord.group(G).generation_id
     sb = coord.sync_group(G, gen, b)
     coord.sync_group(G, gen, a, [(a, b"x"), ("ghost", b"y")])
@@ -377,7 +378,6 @@ def test_initial_rebalance_delay_and_extension() -> None:
 def test_new_member_join_timeout() -> None:
     coord, clock = make()
     a, b = stable_group_of(coord, 2)
-    gen = coord.group(G).generation_id
     c, pc = join_new(coord)  # parks: a and b must rejoin
     assert not pc.done
     # a and b keep heartbeating but never rejoin; c's parked join expires first? No: the
@@ -460,7 +460,7 @@ def test_static_member_replaced_while_parked_is_fenced() -> None:
     coord.sync_group(G, 1, a, [(a, b"")])
     ps = join(coord, instance="s")  # static member joins -> rebalance, parked
     assert not ps.done
-    ps2 = join(coord, instance="s")  # another incarnation replaces it
+    join(coord, instance="s")  # another incarnation replaces it
     assert ps.done and ps.result.error == ErrorCode.fenced_instance_id
 
 

@@ -20,7 +20,6 @@ from kio.schema.errors import ErrorCode
 from reference_impl.client.raw_client import ClusterClient, RawClient
 from reference_impl.handlers.registry import HANDLERS
 from reference_impl.protocol import framing, payloads
-from reference_impl.server.broker_server import ThreadedReferenceCluster
 
 SESSION = datetime.timedelta(milliseconds=10_000)
 REBALANCE = datetime.timedelta(milliseconds=10_000)
@@ -183,7 +182,7 @@ def test_join_error_paths(client):
     assert join(coord, "").error_code == ErrorCode.invalid_group_id
     assert join(coord, group, "not-a-member").error_code == ErrorCode.unknown_member_id
     assert join(coord, group, ptype="").error_code == ErrorCode.inconsistent_group_protocol
-    r = join_member(coord, group)
+    join_member(coord, group)
     other = join(coord, group, ptype="connect")
     assert other.error_code == ErrorCode.inconsistent_group_protocol
     assert other.member_id == "" and other.protocol_name is None

@@ -16,6 +16,7 @@ from reference_impl.model.partition_log import (
     LogError,
     OffsetOutOfRangeError,
     PartitionLog,
+    ProducerStateTracker,
     TimestampAndOffset,
 )
 from reference_impl.protocol import records as r
@@ -91,7 +92,7 @@ def test_idempotent_batch_from_unknown_producer_is_accepted() -> None:
 def test_producer_state_seam_is_called() -> None:
     calls = []
 
-    class Tracker:
+    class Tracker(ProducerStateTracker):
         def validate(self, log, header, now_ms):
             calls.append(("validate", header.producer_id))
             if header.base_sequence == 99:
@@ -248,7 +249,7 @@ def test_delete_records_moves_log_start() -> None:
 
 
 def test_duplicate_from_the_seam_answers_original_offsets() -> None:
-    class Tracker:
+    class Tracker(ProducerStateTracker):
         def validate(self, log, header, now_ms):
             if header.base_sequence == 0 and log.log_end_offset > 0:
                 raise DuplicateBatch(0, 1, 1234)
@@ -268,7 +269,7 @@ def test_duplicate_from_the_seam_answers_original_offsets() -> None:
 def test_marker_seam_attach_validate_on_marker_and_tick() -> None:
     calls = []
 
-    class Tracker:
+    class Tracker(ProducerStateTracker):
         def attach(self, log):
             calls.append(("attach", log.name))
 

@@ -83,6 +83,7 @@ def test_config_from_defaults_and_other_objects() -> None:
 
     class BrokerLike:
         producer_id_expiration_ms = 5
+        producer_id_expiration_check_interval_ms = 600_000
 
     assert ProducerStateConfig.of(BrokerLike()).producer_id_expiration_ms == 5
     cfg = ProducerStateConfig(producer_id_expiration_ms=7)

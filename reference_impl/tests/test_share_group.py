@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 from reference_impl.model.broker_state import BrokerConfig
 from reference_impl.model.clock import ManualClock
 from reference_impl.model.share_assignor import ALGORITHM_KIP, SimpleAssignor
+from reference_impl.model.share_coordinator import ShareCoordinator
 from reference_impl.model.share_group import (
     DEFAULT_HEARTBEAT_INTERVAL_MS,
     DEFAULT_SESSION_TIMEOUT_MS,
@@ -33,6 +34,7 @@ from reference_impl.model.share_group_records import (
     ShareGroupTargetAssignmentMemberKey,
     replay_all,
 )
+from reference_impl.model.share_state_records import SharePartitionKey
 
 G = "sg"
 
@@ -622,8 +624,6 @@ def test_many_groups_independent():
 
 
 def make_with_persister(**kw):
-    from reference_impl.model.share_coordinator import ShareCoordinator
-
     coord, clock, topics = make()
     persister = ShareCoordinator(clock)
     resets: list[tuple[str, uuid.UUID]] = []
@@ -635,8 +635,6 @@ def make_with_persister(**kw):
 
 
 def stored(persister, tid, p, group=G):
-    from reference_impl.model.share_state_records import SharePartitionKey
-
     return persister.state(SharePartitionKey(group, tid, p))
 
 

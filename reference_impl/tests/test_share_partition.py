@@ -14,6 +14,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from reference_impl.model.clock import ManualClock
+from reference_impl.model import share_state_records as ssr
 from reference_impl.model.partition_log import IsolationLevel, PartitionLog
 from reference_impl.model.share_partition import (
     TRANSITIONS,
@@ -580,7 +581,6 @@ def test_spso_never_goes_backwards_random_walk() -> None:
     clock = ManualClock(NOW)
     log, sp = make(delivery_count_limit=3, partition_max_record_locks=100)
     members = ["m1", "m2", "m3"]
-    held: dict[str, list[tuple[int, int]]] = {m: [] for m in members}
     last_spso = sp.spso
     delivered: set[int] = set()
     for step in range(600):
@@ -730,8 +730,6 @@ def test_end_offset_is_kafkas_inclusive_end() -> None:
 
 
 def test_from_state_accepts_the_share_coordinators_state_batches() -> None:
-    from reference_impl.model import share_state_records as ssr
-
     sp = SharePartition.from_state("g", "t", 0, 10, [ssr.StateBatch(12, 13, 2, 1), (15, 15, 4, 3)])
     assert (sp.spso, sp.speo) == (10, 16)
     assert states(sp, 10, 16) == [A, A, K, K, A, X, A]

@@ -33,7 +33,8 @@ TIMEOUT = 60_000
 
 
 class FakeGroups:
-    """Stand-in for the group coordinator: records completed transactional offsets."""
+    """Stand-in for the group coordinator (transaction_coordinator.OffsetsParticipants):
+    records completed transactional offsets, holds no pending ones."""
 
     def __init__(self) -> None:
         self.completed: list[tuple[str, int, int, bool]] = []
@@ -41,6 +42,15 @@ class FakeGroups:
     def complete_transactional_offsets(self, group_id, producer_id, producer_epoch, committed):
         self.completed.append((group_id, producer_id, producer_epoch, committed))
         return []
+
+    def offsets_partition_for(self, group_id):
+        return partition_for(group_id)
+
+    def groups_with_open_transactions(self):
+        return ()
+
+    def open_transactions(self, group_id):
+        return frozenset()
 
 
 def make(tv: int = 2, marker_delay_ms: int | None = 0, **cfg) -> tuple[TransactionCoordinator, ManualClock, TopicRegistry, FakeGroups]:

@@ -26,36 +26,9 @@ TIMEOUT = datetime.timedelta(seconds=60)
 S = TransactionState
 
 
-def _attach_transactions(cluster: ThreadedReferenceCluster) -> None:
-    async def attach() -> None:
-        state = cluster.cluster.state
-        if getattr(state, "transactions", None) is None:
-            from reference_impl.model.producer_ids import ProducerIdManager
-
-            state.producer_ids = getattr(state, "producer_ids", None) or ProducerIdManager()
-            state.transactions = TransactionCoordinator(
-                sorted(state.nodes), state.clock, state.config, state.topics, state.groups,
-                producer_ids=state.producer_ids, txn_config=TransactionConfig(),
-            )
-            plain_tick = state.tick
-
-            def tick() -> None:
-                plain_tick()
-                state.transactions.tick(state.clock.now_ms())
-
-            state.tick = tick
-        if state.topics.producer_state_factory is None:
-            from reference_impl.model.producer_state import ProducerStateManager
-
-            state.topics.producer_state_factory = lambda topic, partition: ProducerStateManager(state.config)
-
-    cluster.call(attach())
-
-
 def _cluster(brokers: int, tv: int):
     c = ThreadedReferenceCluster(brokers=brokers, config=BrokerConfig(finalized_features={"transaction.version": tv}))
     c.start()
-    _attach_transactions(c)
     return c
 
 

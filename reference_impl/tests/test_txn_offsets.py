@@ -20,6 +20,7 @@ from kio.schema.consumer_protocol_subscription.v0.data import ConsumerProtocolSu
 from kio.schema.errors import ErrorCode
 
 from reference_impl.handlers import describe_transactions, list_transactions, txn_offset_commit
+from reference_impl.handlers.registry import RequestContext
 from reference_impl.model.broker_state import BrokerConfig, NodeEndpoint, ReferenceState
 from reference_impl.model.classic_group import GroupState, Protocol
 from reference_impl.model.clock import ManualClock
@@ -28,6 +29,12 @@ from reference_impl.model.group_coordinator import (
     GroupCoordinator,
     OffsetCommitEntry,
 )
+from reference_impl.model.transaction_coordinator import (
+    ListedTransaction,
+    ListTransactionsResult,
+    TransactionDescription,
+)
+from reference_impl.model.transaction_state import TransactionState
 from reference_impl.protocol import framing, payloads
 
 G = "g1"
@@ -358,7 +365,10 @@ class FakeTxn:
     topic_partitions: set = field(default_factory=set)
 
 
-class FakeTransactions:
+class FakeTransactions(txn_offset_commit.OffsetsVerification):
+    """A coordinator answering the declared shapes (TransactionDescription, ListTransactionsResult)
+    and verifying offsets by partition only."""
+
     def __init__(self, *txns: FakeTxn, error: ErrorCode | None = None, verify: ErrorCode = ErrorCode.none):
         self.txns = {t.transactional_id: t for t in txns}
         self.error = error
@@ -366,14 +376,24 @@ class FakeTransactions:
         self.verify_calls: list[tuple] = []
 
     def describe(self, tid):
-        return self.error if self.error is not None else self.txns.get(tid)
+        if self.error is not None:
+            return TransactionDescription(tid, self.error)
+        t = self.txns.get(tid)
+        if t is None:
+            return TransactionDescription(tid, ErrorCode.transactional_id_not_found)
+        return TransactionDescription(
+            tid, ErrorCode.none, t.state, t.producer_id, t.producer_epoch, t.transaction_timeout_ms,
+            t.transaction_start_time_ms, topics=tuple((topic, (p,)) for topic, p in sorted(t.topic_partitions)))
 
     def list_transactions(self, state_filters, producer_id_filters, duration_filter):
         if self.error is not None:
-            return self.error
-        return [t for t in self.txns.values()
-                if (not state_filters or t.state in state_filters)
-                and (not producer_id_filters or t.producer_id in producer_id_filters)]
+            return ListTransactionsResult(self.error)
+        listed = [t for t in self.txns.values()
+                  if (not state_filters or t.state in state_filters)
+                  and (not producer_id_filters or t.producer_id in producer_id_filters)]
+        unknown = tuple(f for f in state_filters if TransactionState.from_name(f) is None)
+        return ListTransactionsResult(
+            ErrorCode.none, unknown, tuple(ListedTransaction(t.transactional_id, t.producer_id, t.state) for t in listed))
 
     def verify_or_add_partition(self, tid, pid, epoch, topic, partition, add):
         self.verify_calls.append((tid, pid, epoch, topic, partition, add))
@@ -395,8 +415,6 @@ class FakeRuntime:
 
 
 def context(state, api_key: int, version: int, node_id: int = 1):
-    from reference_impl.handlers.registry import RequestContext
-
     return RequestContext(runtime=FakeRuntime(state), node_id=node_id, connection_id=1, client_host="127.0.0.1",
                           api_key=api_key, api_version=version, correlation_id=1, client_id="t")
 

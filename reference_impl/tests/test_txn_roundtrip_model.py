@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from reference_impl.model import txn_roundtrip as rt
+from reference_impl.model.broker_config import BrokerConfig
 from reference_impl.model.transaction_log import TransactionLogValue
 from reference_impl.model.transaction_state import TransactionState as S
 
@@ -28,7 +29,5 @@ def test_level_and_version_gate():
 
 
 def test_reference_supports_but_does_not_finalize_the_level():
-    from reference_impl.model.broker_state import BrokerConfig
-
     cfg = BrokerConfig()
     assert cfg.supported_features[rt.FEATURE] == rt.SUPPORTED and rt.FEATURE not in cfg.finalized_features

@@ -5,7 +5,8 @@ tolerant versions of kio schemas that refuse values Kafka really sends.
 comes from), `generated/` the classes `codegen.py` makes from it. `lookup()` is the one
 registry function `framing.request_schema` / `response_schema` fall back to when kio does
 not know an api key, so the raw client, the reference broker and the trace decoder all
-find these classes the same way.
+find these classes the same way; `framing.decode_tolerant_response` reads a frame with a
+tolerant class.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def lookup(api_key: int, api_version: int, kind: str) -> type | None:
         return None
     package, stem, _ = entry
     module = importlib.import_module(f"{__name__}.generated.{package}.v{api_version}.{kind}")
-    return getattr(module, f"{stem}{kind.capitalize()}")
+    return getattr(module, f"{stem}{kind.capitalize()}")  # probe: a generated module imported by name
 
 
 # api key -> (generated package, class name stem, valid versions) of responses kio knows but
@@ -43,18 +44,5 @@ def tolerant_response(api_key: int, api_version: int) -> type | None:
         return None
     package, stem, _ = entry
     module = importlib.import_module(f"{__name__}.generated.{package}.v{api_version}.response")
-    return getattr(module, f"{stem}Response")
+    return getattr(module, f"{stem}Response")  # probe: a generated module imported by name
 
-
-def decode_tolerant_response(frame: bytes, api_key: int, api_version: int) -> tuple[int, object]:
-    """(correlation id, body) of a response frame (no size prefix) with the tolerant class."""
-    from reference_impl.protocol import framing
-
-    cls = tolerant_response(api_key, api_version)
-    if cls is None:
-        raise LookupError(f"no tolerant schema for api {api_key} v{api_version}")
-    header_cls = framing.ResponseHeaderV1 if framing.response_header_version(api_key, api_version) == 1 \
-        else framing.ResponseHeaderV0
-    header, size = framing.decode_entity(header_cls, frame)
-    body, _ = framing.decode_entity(cls, frame, size)
-    return int(header.correlation_id), body

@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime
 import uuid
 
-import pytest
 from kio.schema.errors import ErrorCode
 
 from clients.wire import Req, create_topic, join_group, offset_commit, offset_fetch, sync_group

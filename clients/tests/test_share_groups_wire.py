@@ -30,6 +30,9 @@ from reference_impl.model.clock import ManualClock
 from reference_impl.model.share_state_records import coordinator_key
 from reference_impl.protocol import framing, payloads
 from reference_impl.server.broker_server import ThreadedReferenceCluster
+from targets.factory import create_target
+from targets.kafka_native.versions import resolve_release
+from targets.target import parse_target_spec
 
 SESSION_MS = 1_500
 HEARTBEAT_MS = 500
@@ -66,10 +69,6 @@ _PARAMS = ["reference-1", "reference-3"] + (["kafka"] if KAFKA_SPEC else [])
 @pytest.fixture(scope="module", params=_PARAMS)
 def env(request):
     if request.param == "kafka":
-        from targets.kafka_native.versions import resolve_release
-        from targets.target import parse_target_spec
-        from targets.factory import create_target
-
         release = resolve_release(parse_target_spec(KAFKA_SPEC).version)
         version = tuple(int(x) for x in release.version.split(".")[:2])
         target = create_target(KAFKA_SPEC + KAFKA_OPTIONS)
