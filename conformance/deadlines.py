@@ -19,7 +19,8 @@ The watchdog is Python and needs the GIL, so a C call that holds it would stall 
 watchdog as well: faulthandler's timer thread, which needs no GIL, is the backstop
 BACKSTOP_AFTER_S later (it replaces pytest's faulthandler_timeout, which only dumps).
 Time spent starting a target (the first test on a worker pays it) is not counted:
-``paused()`` suspends the timer around the pool's start.
+``paused()`` suspends the timer around the pool's start. The plugin runs each test phase
+under ``phase_deadline``: setup and call share one budget, teardown gets a grace period.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ import threading
 import time
 from typing import Any, Iterator
 
+import pytest
+
 # Measured on a reference run (`kipcheck certify --out /tmp/cert0`, 181 rows): slowest test
 # 16.5 s, median < 1 s. On real Kafka some tests wait up to 120 s for a share coordinator
 # under load (conformance/suites/kip932), so the default leaves room above that; tests
@@ -43,6 +46,8 @@ HARD_GRACE_S = float(os.environ.get("KIPCHECK_DEADLINE_HARD_GRACE_S", "180"))
 HARD_EXIT_CODE = 70
 BACKSTOP_AFTER_S = 30.0  # after the watchdog's time: it only acts when the watchdog could not
 TIMEOUT_REASON = "did not finish within {seconds:g} s"
+# On each test item: its deadline, the time setup and call spent, the phase it fired in.
+DEADLINE_KEY = pytest.StashKey[dict]()
 
 
 _report_fd: int | None = None
@@ -193,3 +198,38 @@ def paused() -> Iterator[None]:
         yield
     finally:
         d.resume()
+
+
+TEARDOWN_GRACE_S = 30.0
+
+
+def _deadline_seconds(item: pytest.Item) -> float:
+    """Every test has one: a hang anywhere (a unit test's socket, Docker, a JVM) fails that
+    test instead of stalling the run."""
+    mark = item.get_closest_marker("deadline")
+    marker_s = float(mark.args[0]) if mark is not None and mark.args else None
+    return deadline_for(marker_s, item.config.getoption("kipcheck_deadline_scale") or 1.0,
+                        item.config.getoption("kipcheck_deadline"))
+
+
+@contextlib.contextmanager
+def phase_deadline(item: pytest.Item, phase: str):
+    """One budget for setup + call; teardown gets at least TEARDOWN_GRACE_S to clean up."""
+    if phase == "setup":
+        item.stash[DEADLINE_KEY] = {"seconds": _deadline_seconds(item), "spent": 0.0, "fired": None}
+    info = item.stash.get(DEADLINE_KEY, None)
+    if info is None:
+        yield
+        return
+    remaining = info["seconds"] - info["spent"]
+    if phase == "teardown":
+        remaining = max(remaining, TEARDOWN_GRACE_S)
+    t0 = time.monotonic()
+    with running(max(remaining, 0.001), info["seconds"]) as d:
+        try:
+            yield
+        finally:
+            if d is not None:
+                info["spent"] += time.monotonic() - t0 - d.paused_s
+                if d.fired and info["fired"] is None:
+                    info["fired"] = phase

@@ -41,6 +41,15 @@ import sys
 import time
 from typing import Any
 
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from reference_impl.client.consumer import Consumer as ReferenceConsumer
+from reference_impl.client.raw_client import ClusterClient
+from reference_impl.client.security import ClientSecurity
+from reference_impl.client.transactional_producer import GroupMetadata, TransactionalProducer, TxnError
+
+from conformance.suites.kip447 import offset_fetch
+
 OK_EXIT, RESTART_EXIT = 0, 3
 
 
@@ -82,8 +91,6 @@ def _completion(input_: str, output: str, reads: list[tuple[int, int, str]], sen
 
 
 def run_confluent(args: argparse.Namespace, hist: HistoryWriter, extra: dict[str, str]) -> int:
-    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-
     base = {"bootstrap.servers": args.bootstrap, **extra}
     producer = Producer({**base, "transactional.id": args.transactional_id,
                          "transaction.timeout.ms": args.transaction_timeout_ms, "linger.ms": 5})
@@ -158,8 +165,6 @@ def run_confluent(args: argparse.Namespace, hist: HistoryWriter, extra: dict[str
 
 
 def _confluent_caught_up(consumer, topic: str, partitions: list[int]) -> bool:
-    from confluent_kafka import TopicPartition
-
     positions = consumer.position([TopicPartition(topic, p) for p in partitions])
     unknown = [TopicPartition(topic, tp.partition) for tp in positions if tp.offset < 0]
     if unknown:
@@ -182,9 +187,6 @@ def _confluent_caught_up(consumer, topic: str, partitions: list[int]) -> bool:
 def _stable_committed(bootstrap: str, group: str, topic: str, partitions: list[int], timeout_s: float = 60.0,
                       security: Any = None) -> dict[int, int]:
     """Committed offsets via OffsetFetch with RequireStable, retrying UNSTABLE_OFFSET_COMMIT."""
-    from conformance.suites.kip447 import offset_fetch
-    from reference_impl.client.raw_client import ClusterClient
-
     deadline = time.monotonic() + timeout_s
     with ClusterClient(bootstrap, security=security) as cc:
         while True:
@@ -199,11 +201,6 @@ def _stable_committed(bootstrap: str, group: str, topic: str, partitions: list[i
 
 
 def run_reference(args: argparse.Namespace, hist: HistoryWriter, extra: dict[str, str]) -> int:
-    from reference_impl.client.consumer import Consumer
-    from reference_impl.client.raw_client import ClusterClient
-    from reference_impl.client.security import ClientSecurity
-    from reference_impl.client.transactional_producer import GroupMetadata, TransactionalProducer, TxnError
-
     security = ClientSecurity.from_properties(extra)  # the same --config settings the confluent client gets
 
     tv: str | int = args.transaction_version if args.transaction_version == "auto" else int(args.transaction_version)
@@ -215,8 +212,8 @@ def run_reference(args: argparse.Namespace, hist: HistoryWriter, extra: dict[str
         md = cc.refresh([args.input])
         partitions = sorted(int(p.partition_index) for t in md.topics if t.name == args.input for p in t.partitions)
     committed = _stable_committed(args.bootstrap, args.group, args.input, partitions, security=security)
-    consumer = Consumer(args.bootstrap, "read_committed", max_wait_ms=100, max_partition_bytes=1, max_bytes=1,
-                        security=security)
+    consumer = ReferenceConsumer(args.bootstrap, "read_committed", max_wait_ms=100, max_partition_bytes=1, max_bytes=1,
+                                 security=security)
     tps = [(args.input, p) for p in partitions]
     consumer.assign(tps)
     for tp in tps:

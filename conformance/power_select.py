@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.plugin import requirement_ids
+from conformance.items import requirement_ids
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -14,6 +14,11 @@ import os
 import shutil
 from typing import Callable
 
+from targets.factory import create_target
+from targets.go_build import GoBuildError
+from targets.kfake.build import binary_path, go_toolchain
+from targets.target import parse_target_spec
+
 PREFLIGHT_TIMEOUT_S = 5.0
 
 
@@ -23,8 +28,6 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _external(spec: str, timeout: float) -> str | None:
-    from targets.factory import create_target
-
     target = create_target(spec)
     target.timeout = min(getattr(target, "timeout", timeout), timeout)
     try:
@@ -50,9 +53,6 @@ def _java() -> str | None:
 
 def _kfake() -> str | None:
     """kfake runs a Go program: built already, or a Go toolchain to build it."""
-    from targets.go_build import GoBuildError
-    from targets.kfake.build import binary_path, go_toolchain
-
     if binary_path().exists():
         return None
     try:
@@ -84,8 +84,6 @@ LOCAL_CHECKS: dict[str, list[Callable[[], str | None]]] = {
 
 def check_target(spec: str, timeout: float = PREFLIGHT_TIMEOUT_S) -> str | None:
     """None when `spec` looks usable, else a one-line reason."""
-    from targets.target import parse_target_spec
-
     kind = parse_target_spec(spec).kind
     if kind == "external":
         return _external(spec, timeout)

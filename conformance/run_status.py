@@ -16,6 +16,9 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
+from reports import statement
+from reports.certification import kipcheck_version
+
 SCHEMA = 1
 RUN_FILE = "run.json"
 STATUSES = ("complete", "interrupted", "target_unreachable", "internal_error")
@@ -98,17 +101,12 @@ def read_targets(results_dir: Path) -> dict[str, dict[str, Any]]:
 
 
 def kipcheck_identity() -> dict[str, Any]:
-    from reports.certification import kipcheck_version
-    from reports.statement import kipcheck_commit
-
-    return {"version": kipcheck_version(), "commit": kipcheck_commit()}
+    return {"version": kipcheck_version(), "commit": statement.kipcheck_commit()}
 
 
 def client_versions() -> dict[str, Any]:
     """The client libraries as the report's statement names them (one definition)."""
-    from reports.statement import client_versions as versions
-
-    return dict(versions())
+    return dict(statement.client_versions())
 
 
 def _timed_out(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -7,14 +7,22 @@ on a JVM-backed target (kafka-native, testcontainers) is scheduled with the othe
 the same target and suite bucket, so only a few workers start each cluster, and the worker
 stops it once that unit of work is done (`TargetPool.retire`). Every other test is
 scheduled by file, as loadfile does. Scopes are handed out in collection order
-(`--no-loadscope-reorder`), where `slow`-marked tests come first.
+(`--no-loadscope-reorder`), where `slow`-marked tests come first. The plugin's xdist hooks
+that choose the scheduler, and its teardown's `retire_if_done`, are here too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
+import pytest
 from xdist.scheduler import LoadFileScheduling, LoadScopeScheduling
+
+from targets.target import CLUSTER_KINDS
+
+from conformance.items import item_spec
+from conformance.state import state_of
 
 # The KIP-932 suite is the largest on every cluster target: a bucket of its own lets two
 # workers share a target's work (two clusters of it, not one per worker).
@@ -75,3 +83,42 @@ class TargetAffinityScheduling(CrashSafeScopes, LoadScopeScheduling):
 
     def _split_scope(self, nodeid: str) -> str:
         return scope_of(nodeid, self.cluster_specs)
+
+
+def retire_if_done(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Under target-affinity scheduling a cluster target's tests reach a worker as one unit:
+    when the next test is on another target, the unit is done and its brokers go."""
+    if nextitem is None or not _affinity_scheduled(item.config):
+        return
+    spec = item_spec(item)
+    if spec is None or spec.kind not in CLUSTER_KINDS:
+        return
+    following = item_spec(nextitem)
+    if following is None or following.raw != spec.raw:
+        state_of(item.config).pool.retire(spec)
+
+
+_AFFINITY_KEY = "kipcheck_target_affinity"
+
+
+def _affinity_scheduled(config: pytest.Config) -> bool:
+    """On a worker (whose own `dist` option xdist sets to "no"): told by the controller."""
+    return bool(getattr(config, "workerinput", {}).get(_AFFINITY_KEY))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    node.workerinput[_AFFINITY_KEY] = node.config.getoption("dist", None) == "loadscope"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any):
+    """`--dist loadscope`: target-affinity scheduling; `--dist loadfile`: xdist's, fixed so a
+    crashed worker cannot hang the run (CrashSafeScopes)."""
+    dist = config.getoption("dist", None)
+    if dist == "loadfile":
+        return CrashSafeLoadFileScheduling(config, log)
+    if dist != "loadscope":
+        return None
+    clusters = [s.raw for s in state_of(config).specs if s.kind in CLUSTER_KINDS]
+    return TargetAffinityScheduling(config, log, clusters)

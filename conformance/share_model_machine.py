@@ -57,6 +57,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 
 from clients import share
 from clients.normalize import compare
+from clients.wire import create_topic
 from clients.share import ACCEPT, REJECT, RELEASE, ShareSession
 from targets.reference_target import reference_target_config
 from reference_impl.client.raw_client import ClusterClient
@@ -251,8 +252,6 @@ class ShareSide:
             "share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": str(LOCK_MS)})
 
     def _create_topic(self) -> None:
-        from clients.wire import create_topic
-
         provision = getattr(self.backend, "provision_topic", None)
         if provision is not None:
             provision(self.topic, 1)

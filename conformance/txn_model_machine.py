@@ -66,6 +66,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
 
 from clients.normalize import Normalizer, compare
+from clients.wire import create_topic
 from reference_impl.client.consumer import Consumer
 from reference_impl.client.raw_client import ClusterClient
 from reference_impl.client.transactional_producer import TransactionalProducer
@@ -80,6 +81,7 @@ from reference_impl.client.txn_state import (
 )
 from reference_impl.model.broker_state import BrokerConfig
 from reference_impl.model.clock import ManualClock
+from reference_impl.model.transaction_coordinator import TransactionCoordinator
 from reference_impl.server.broker_server import ThreadedReferenceCluster
 
 __all__ = [
@@ -133,8 +135,6 @@ class PrivateReference:
     def restart_coordinator(self) -> None:
         """Coordinator fail-over: a new TransactionCoordinator loaded from the old one's
         transaction log (coordinator epoch + 1), swapped in on the broker's loop thread."""
-        from reference_impl.model.transaction_coordinator import TransactionCoordinator
-
         async def swap() -> None:
             state = self.cluster.cluster.state
             state.transactions = TransactionCoordinator.rebuild(state.transactions)
@@ -267,8 +267,6 @@ class ClusterSide:
         return getattr(self.backend, "security", None)
 
     def _create_topic(self) -> None:
-        from clients.wire import create_topic
-
         with ClusterClient(self.bootstrap, security=self.security) as cc:
             provision = getattr(self.backend, "provision_topic", None)
             if provision is not None:

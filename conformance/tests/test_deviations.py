@@ -1,9 +1,12 @@
 """The known-deviation register: validation and test matching."""
 
+from pathlib import Path
+
 import pytest
 
 from registers.catalog import get_catalog
 from registers.deviations import DeviationError, load_deviations, parse_deviations
+from registers.divergences import load_register
 
 pytest_plugins = ("pytester",)
 
@@ -57,10 +60,6 @@ def test_matching_by_kind_name_module_and_version():
 
 def test_divergence_evidence_names_an_existing_suite_test():
     """Every divergence's evidence test exists, so the register cannot cite phantom evidence."""
-    from pathlib import Path
-
-    from registers.divergences import load_register
-
     root = Path(__file__).resolve().parents[2]
     sources = {p: p.read_text() for p in (root / "conformance" / "suites").rglob("test_*.py")}
     for div in load_register(catalog=get_catalog()):
@@ -97,7 +96,7 @@ def test_a_whole_module_entry_needs_a_signature_and_matches_every_test_of_the_mo
 SIGNED_RUN = '''
 import pytest
 from registers.deviations import parse_deviations
-from conformance.plugin import deviation_xfail
+from conformance.collection import deviation_xfail
 
 (DEV,) = parse_deviations({"deviations": [{
     "id": "DEV-010", "target": "t", "test": "test_signed.py", "requirement": "R", "observed": "o",

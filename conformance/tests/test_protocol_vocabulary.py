@@ -18,7 +18,7 @@ from reference_impl.protocol import framing
 from reference_impl.protocol.api_keys import DRAFT_KEYS, ApiKey
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("reference_impl", "replay", "chaos", "conformance", "targets", "reports", "benchmarks")
+PACKAGES = ("cli", "chaos", "benchmarks", "conformance", "replay", "clients", "checkers", "targets", "rules", "reports", "reference_impl", "registers")
 VOCABULARY = ROOT / "reference_impl" / "protocol" / "api_keys.py"
 
 

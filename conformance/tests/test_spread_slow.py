@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from conformance.plugin import spread_slow
+from conformance.collection import spread_slow
 
 
 @dataclass
