@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 
-from cli.main import package_root
+from cli.certify import package_root
 
 KIPCHECK = Path(sys.executable).parent / "kipcheck"
 

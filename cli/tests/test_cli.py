@@ -1,4 +1,4 @@
-"""The `kipcheck` command line (cli/main.py)."""
+"""The `kipcheck` command line (cli/)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from cli import main
+from cli import certify, main
 from reference_impl.protocol.api_keys import ApiKey
+from targets.target import probe_capabilities
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -144,7 +145,7 @@ def test_target_up_bad_spec(capsys):
 
 
 def test_pytest_command_shape(tmp_path):
-    cmd = main.pytest_command(["reference", "kafka-native:4.1.0"], tmp_path / "r", tmp_path / "a", ["kip98", "proto"], "2", ["-x"])
+    cmd = certify.pytest_command(["reference", "kafka-native:4.1.0"], tmp_path / "r", tmp_path / "a", ["kip98", "proto"], "2", ["-x"])
     assert cmd[:5] == [sys.executable, "-m", "pytest", "--pyargs", "conformance.suites"]
     assert "no:cacheprovider" in cmd
     joined = " ".join(cmd)
@@ -153,7 +154,7 @@ def test_pytest_command_shape(tmp_path):
     assert f"--alluredir {tmp_path / 'a'}" in joined
     assert cmd[cmd.index("-n") + 1] == "2"
     assert cmd[cmd.index("--maxschedchunk") + 1] == "1"  # spread_slow order: workers follow it closely
-    assert "--maxschedchunk" not in main.pytest_command(["reference"], tmp_path / "r", None, None, "0")
+    assert "--maxschedchunk" not in certify.pytest_command(["reference"], tmp_path / "r", None, None, "0")
     assert cmd[cmd.index("-k") + 1] == "(kip98) or (proto)"
     assert cmd[-1] == "-x"
 
@@ -292,9 +293,9 @@ def fake_suites(tmp_path, monkeypatch):
     (tmp_path / "kc_fake_plugin.py").write_text(textwrap.dedent(FAKE_PLUGIN))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(REPO), os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.setattr(main, "SUITES_PACKAGE", "kc_fake_suites")
-    monkeypatch.setattr(main, "PLUGIN_MODULE", "kc_fake_plugin")
-    monkeypatch.setattr(main, "_plugin_registered", lambda: False)
+    monkeypatch.setattr(certify, "SUITES_PACKAGE", "kc_fake_suites")
+    monkeypatch.setattr(certify, "PLUGIN_MODULE", "kc_fake_plugin")
+    monkeypatch.setattr(certify, "plugin_registered", lambda: False)
     # Keep the real conformance plugin (entry point `kipcheck`) out of the stand-in run.
     return ["--", "-p", "no:kipcheck"]
 
@@ -375,8 +376,6 @@ def test_broker_prints_bootstrap_and_stops_on_sigterm():
         assert line.startswith("bootstrap="), line + proc.stderr.read() if proc.poll() is not None else line
         bootstrap = line.split("=", 1)[1]
         assert len(bootstrap.split(",")) == 2
-        from targets.target import probe_capabilities
-
         caps = probe_capabilities(bootstrap.split(",")[0], timeout=10)
         assert caps.supports_api(ApiKey.API_VERSIONS)
         proc.send_signal(signal.SIGTERM)

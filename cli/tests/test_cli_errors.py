@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from cli import main
+from cli import certify, main
 from targets.target_up import target_up
 
 PREFIX = "kipcheck: error: "
@@ -74,6 +74,12 @@ def test_bad_arguments_one_line_exit_2(argv, needle, tmp_path, capsys):
     assert not (tmp_path / "trace").exists()
 
 
+def test_image_build_rejects_an_unknown_version_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main.main(["image", "build", "--kafka", "9.9"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("kipcheck: error: ") and "9.9" in err[0]
+
+
 def test_target_up_bad_spec_prefix(capsys):
     import io
 
@@ -86,10 +92,10 @@ def test_record_warns_once_when_upstream_is_unreachable(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(main.package_root()), os.environ.get("PYTHONPATH")])))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(certify.package_root()), os.environ.get("PYTHONPATH")])))
     proc = subprocess.Popen([sys.executable, "-m", "cli.main", "record", "--upstream", f"127.0.0.1:{port}",
                              "--out", str(tmp_path / "trace")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, cwd=str(main.package_root()))
+                            text=True, env=env, cwd=str(certify.package_root()))
     try:
         first = proc.stdout.readline()
         assert first.startswith("kipcheck record: listening"), first + proc.stderr.read()

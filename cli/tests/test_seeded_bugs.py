@@ -12,7 +12,7 @@ import yaml
 from conformance import power
 from cli import main
 from registers.catalog import get_catalog
-from conformance.plugin import TargetPool
+from conformance.target_pool import TargetPool
 from targets.reference_target import ReferenceTarget, reference_target_config
 from targets.target import parse_target_spec
 from reference_impl.model import seeded_bugs as bugs

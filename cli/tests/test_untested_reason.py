@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cli import main
+from cli import catalog, main
 from registers.catalog import CatalogError, load_catalog
 
 CATALOG = """\
@@ -84,7 +84,7 @@ def test_coverage_splits_explained_from_unexplained(tmp_path):
 @pytest.fixture
 def claims(monkeypatch):
     """Collected suites claiming only KIP-98.IDEMP.001 (the suites are not collected here)."""
-    monkeypatch.setattr(main, "collect_requirement_claims", lambda: {"t.py::test_a": ["KIP-98.IDEMP.001"]})
+    monkeypatch.setattr(catalog, "collect_requirement_claims", lambda: {"t.py::test_a": ["KIP-98.IDEMP.001"]})
     monkeypatch.setenv("COLUMNS", "200")  # one line per reason whatever the terminal
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from targets import kafka_image_files
-from targets.kafka_image import apt_mirror
+from targets.kafka_image import apt_mirror, recipe
 from targets.kafka_native.config import cluster_defaults
 from targets.kafka_native.versions import resolve_release
 from targets.testcontainers_target import node_properties, property_env_name, resolve_image
@@ -101,18 +101,8 @@ def test_guardian_stops_the_daemon_it_watches_when_users_are_gone(tmp_path: Path
                 p.wait(10)
 
 
-def test_image_build_rejects_an_unknown_version_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    from cli.main import main
-
-    assert main(["image", "build", "--kafka", "9.9"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("kipcheck: error: ") and "9.9" in err[0]
-
-
 def test_recipe_changes_with_the_entry_scripts(monkeypatch: pytest.MonkeyPatch) -> None:
     """A cached image built from other scripts is stale (rebuilt by ensure_image)."""
-    from targets.kafka_image import recipe
-
     release = resolve_release("4.4.0")
     before = recipe(release)
     assert before == recipe(release) and before != recipe(resolve_release("3.9"))
