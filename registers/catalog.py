@@ -361,6 +361,8 @@ def _load_file(
     seeds_dir: Path | None,
     seen: dict[str, str],
 ) -> tuple[KipDocument | None, list[Requirement]]:
+    """One catalog file: its KIP document (None when kip or title is unusable) and its
+    valid requirements; every problem found is appended to problems."""
     name = path.name
     try:
         data = load_yaml(path.read_text(encoding="utf-8"))
@@ -370,6 +372,26 @@ def _load_file(
     if not isinstance(data, dict):
         problems.append(f"{name}: top level must be a mapping with kip, title, seed, status, requirements")
         return None, []
+    kip, title, seed, status = _header(problems, name, data, seeds_dir)
+    reqs_data = data.get("requirements")
+    if not isinstance(reqs_data, list) or not reqs_data:
+        problems.append(f"{name}: requirements must be a non-empty list")
+        reqs_data = []
+    requirements: list[Requirement] = []
+    for index, item in enumerate(reqs_data):
+        requirement = _requirement(problems, name, kip, index, item, seen)
+        if requirement is not None:
+            requirements.append(requirement)
+    if kip is None or title is None:
+        return None, requirements
+    doc = KipDocument(kip, title, seed, status, name, tuple(r.id for r in requirements))
+    return doc, requirements
+
+
+def _header(
+    problems: list[str], name: str, data: Mapping[str, Any], seeds_dir: Path | None
+) -> tuple[str | None, str | None, str | None, Any]:
+    """kip, title, seed and status of one catalog file (kip and title None when unusable)."""
     kip = _str_field(problems, name, data, "kip")
     if kip is not None and not _KIP_RE.match(kip):
         problems.append(f"{name}: kip {kip!r} must look like KIP-98 or PROTO")
@@ -387,96 +409,96 @@ def _load_file(
     status = data.get("status")
     if status not in STATUSES:
         problems.append(f"{name}: status must be one of {', '.join(STATUSES)}, got {status!r}")
-    reqs_data = data.get("requirements")
-    if not isinstance(reqs_data, list) or not reqs_data:
-        problems.append(f"{name}: requirements must be a non-empty list")
-        reqs_data = []
+    return kip, title, seed, status
 
-    requirements: list[Requirement] = []
-    for index, item in enumerate(reqs_data):
-        rid = item.get("id") if isinstance(item, dict) else None
-        where = f"{name}: {rid}" if isinstance(rid, str) else f"{name}: requirements[{index}]"
-        if not isinstance(item, dict):
-            problems.append(f"{where}: must be a mapping, got {item!r}")
-            continue
-        ok = True
-        for key in _REQ_REQUIRED:
-            if key not in item or item[key] is None:
-                problems.append(f"{where}: missing field {key!r}")
-                ok = False
-        extra = {k: v for k, v in item.items() if k not in _REQ_REQUIRED and k not in _REQ_OPTIONAL}
-        for key, value in extra.items():
-            if not isinstance(key, str) or not re.match(r"^[a-z][a-z0-9_-]*$", key):
-                problems.append(f"{where}: bad field name {key!r}")
-                ok = False
-        if not isinstance(rid, str):
-            if "id" in item:
-                problems.append(f"{where}: id must be a string, got {rid!r}")
-            continue
-        m = _ID_RE.match(rid)
-        if not m:
-            problems.append(f"{where}: bad id format, expected <KIP>.<AREA>.<NNN> like KIP-98.IDEMP.001")
-            ok = False
-        elif kip is not None and m.group("kip") != kip:
-            problems.append(f"{where}: id does not start with this file's kip {kip!r}")
-            ok = False
-        if rid in seen:
-            problems.append(f"{where}: duplicate id (also in {seen[rid]})")
-            ok = False
-        else:
-            seen[rid] = name
-        for key in ("section", "behaviour", "oracle"):
-            if key in item and item[key] is not None and (not isinstance(item[key], str) or not item[key].strip()):
-                problems.append(f"{where}: field {key!r} must be a non-empty string")
-                ok = False
-        level = item.get("level")
-        if "level" in item and level not in LEVELS:
-            problems.append(f"{where}: level must be one of {', '.join(LEVELS)}, got {level!r}")
-            ok = False
-        impl = None
-        if item.get("implemented_in") is not None:
-            n_before = len(problems)
-            impl = _validate_implemented_in(problems, where, item["implemented_in"])
-            ok = ok and len(problems) == n_before
-        source = item.get("source")
-        if source is not None and (not isinstance(source, str) or not source.strip()):
-            problems.append(f"{where}: source must be a non-empty string")
-            ok = False
-        tags = item.get("tags") or ()
-        if not isinstance(tags, (list, tuple)) or not all(isinstance(t, str) for t in tags):
-            problems.append(f"{where}: tags must be a list of strings")
-            ok = False
-        reason = item.get("untested_reason")
-        if reason is not None and (
-            not isinstance(reason, str) or len(" ".join(reason.split())) < UNTESTED_REASON_MIN_CHARS
-        ):
-            problems.append(
-                f"{where}: untested_reason must say why no test can observe it "
-                f"(at least {UNTESTED_REASON_MIN_CHARS} characters), got {reason!r}"
-            )
-            ok = False
-        if ok and kip is not None and impl is not None:
-            requirements.append(
-                Requirement(
-                    id=rid,
-                    kip=kip,
-                    section=item["section"].strip(),
-                    level=level,
-                    behaviour=" ".join(item["behaviour"].split()),
-                    oracle=" ".join(item["oracle"].split()),
-                    implemented_in=impl,
-                    file=name,
-                    source=source.strip() if isinstance(source, str) else None,
-                    notes=item.get("notes"),
-                    tags=tuple(tags),
-                    extra=extra,
-                    untested_reason=" ".join(reason.split()) if isinstance(reason, str) else None,
-                )
-            )
-    if kip is None or title is None:
-        return None, requirements
-    doc = KipDocument(kip, title, seed, status, name, tuple(r.id for r in requirements))
-    return doc, requirements
+
+def _requirement(
+    problems: list[str], name: str, kip: str | None, index: int, item: Any, seen: dict[str, str]
+) -> Requirement | None:
+    """One entry of a file's requirements list, or None when it has a problem (appended)."""
+    rid = item.get("id") if isinstance(item, dict) else None
+    where = f"{name}: {rid}" if isinstance(rid, str) else f"{name}: requirements[{index}]"
+    if not isinstance(item, dict):
+        problems.append(f"{where}: must be a mapping, got {item!r}")
+        return None
+    n_before = len(problems)
+    for key in _REQ_REQUIRED:
+        if key not in item or item[key] is None:
+            problems.append(f"{where}: missing field {key!r}")
+    extra = {k: v for k, v in item.items() if k not in _REQ_REQUIRED and k not in _REQ_OPTIONAL}
+    for key in extra:
+        if not isinstance(key, str) or not re.match(r"^[a-z][a-z0-9_-]*$", key):
+            problems.append(f"{where}: bad field name {key!r}")
+    if not isinstance(rid, str):
+        if "id" in item:
+            problems.append(f"{where}: id must be a string, got {rid!r}")
+        return None
+    _check_id(problems, where, name, kip, rid, seen)
+    _check_texts(problems, where, item)
+    impl = None
+    if item.get("implemented_in") is not None:
+        impl = _validate_implemented_in(problems, where, item["implemented_in"])
+    _check_optional(problems, where, item)
+    if len(problems) > n_before or kip is None or impl is None:
+        return None
+    source = item.get("source")
+    reason = item.get("untested_reason")
+    return Requirement(
+        id=rid,
+        kip=kip,
+        section=item["section"].strip(),
+        level=item.get("level"),
+        behaviour=" ".join(item["behaviour"].split()),
+        oracle=" ".join(item["oracle"].split()),
+        implemented_in=impl,
+        file=name,
+        source=source.strip() if isinstance(source, str) else None,
+        notes=item.get("notes"),
+        tags=tuple(item.get("tags") or ()),
+        extra=extra,
+        untested_reason=" ".join(reason.split()) if isinstance(reason, str) else None,
+    )
+
+
+def _check_id(problems: list[str], where: str, name: str, kip: str | None, rid: str, seen: dict[str, str]) -> None:
+    """The id's format, its KIP prefix, and that no earlier entry (of any file) took it."""
+    m = _ID_RE.match(rid)
+    if not m:
+        problems.append(f"{where}: bad id format, expected <KIP>.<AREA>.<NNN> like KIP-98.IDEMP.001")
+    elif kip is not None and m.group("kip") != kip:
+        problems.append(f"{where}: id does not start with this file's kip {kip!r}")
+    if rid in seen:
+        problems.append(f"{where}: duplicate id (also in {seen[rid]})")
+    else:
+        seen[rid] = name
+
+
+def _check_texts(problems: list[str], where: str, item: Mapping[str, Any]) -> None:
+    """section, behaviour and oracle are non-empty strings; level is one of LEVELS."""
+    for key in ("section", "behaviour", "oracle"):
+        if key in item and item[key] is not None and (not isinstance(item[key], str) or not item[key].strip()):
+            problems.append(f"{where}: field {key!r} must be a non-empty string")
+    level = item.get("level")
+    if "level" in item and level not in LEVELS:
+        problems.append(f"{where}: level must be one of {', '.join(LEVELS)}, got {level!r}")
+
+
+def _check_optional(problems: list[str], where: str, item: Mapping[str, Any]) -> None:
+    """The optional source, tags and untested_reason, when present."""
+    source = item.get("source")
+    if source is not None and (not isinstance(source, str) or not source.strip()):
+        problems.append(f"{where}: source must be a non-empty string")
+    tags = item.get("tags") or ()
+    if not isinstance(tags, (list, tuple)) or not all(isinstance(t, str) for t in tags):
+        problems.append(f"{where}: tags must be a list of strings")
+    reason = item.get("untested_reason")
+    if reason is not None and (
+        not isinstance(reason, str) or len(" ".join(reason.split())) < UNTESTED_REASON_MIN_CHARS
+    ):
+        problems.append(
+            f"{where}: untested_reason must say why no test can observe it "
+            f"(at least {UNTESTED_REASON_MIN_CHARS} characters), got {reason!r}"
+        )
 
 
 def load_catalog(directory: Path | str | None = None, seeds_dir: Path | str | None = None) -> Catalog:
@@ -508,6 +530,23 @@ def load_catalog(directory: Path | str | None = None, seeds_dir: Path | str | No
     if problems:
         raise CatalogError(problems)
     return Catalog(kips, requirements, directory)
+
+
+def read_unvalidated(directory: Path | str | None = None) -> list[tuple[Path, Any]]:
+    """Each catalog file's YAML as (file, data), parsed but not validated: for showing a
+    catalog `load_catalog` refuses (`kipcheck report` and `kipcheck catalog` read it after
+    a warning). directory may be one file; a file that does not parse is left out."""
+    path = Path(directory) if directory is not None else DEFAULT_CATALOG_DIR
+    if not path.exists():
+        return []
+    files = (sorted(path.glob("*.yaml")) + sorted(path.glob("*.yml"))) if path.is_dir() else [path]
+    out: list[tuple[Path, Any]] = []
+    for file in files:
+        try:
+            out.append((file, load_yaml(file.read_text(encoding="utf-8"))))
+        except (OSError, ValueError, yaml.YAMLError):  # load_catalog names the problem
+            continue
+    return out
 
 
 @lru_cache(maxsize=8)

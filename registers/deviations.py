@@ -86,6 +86,20 @@ class Deviation:
         searched in the exception's text: for an assert, the message and the explanation)."""
         return self.signature is None or re.search(self.signature, str(exc)) is not None
 
+    def to_dict(self) -> dict[str, Any]:
+        """The entry as report.json lists it (deviations.register[])."""
+        return {
+            "id": self.id,
+            "target": self.target,
+            "versions": self.versions,
+            "test": self.test,
+            "requirement": self.requirement,
+            "observed": self.observed,
+            "evidence": self.evidence,
+            "flaky": self.flaky,
+            "signature": self.signature,
+        }
+
     @property
     def reason(self) -> str:
         rate = f" [flaky: {self.flaky}]" if self.flaky else ""

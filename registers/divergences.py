@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import yaml
 from packaging.specifiers import InvalidSpecifier
@@ -102,6 +102,7 @@ def _text(problems: list[str], where: str, data: Any, key: str) -> str:
 
 
 def parse_register(data: Any, name: str = "divergences.yaml", catalog: Catalog | None = None) -> Register:
+    """Validate a parsed register; RegisterError lists every problem of every entry."""
     problems: list[str] = []
     if not isinstance(data, dict) or not isinstance(data.get("divergences"), list):
         raise RegisterError([f"{name}: top level must be a mapping with a 'divergences' list"])
@@ -110,72 +111,90 @@ def parse_register(data: Any, name: str = "divergences.yaml", catalog: Catalog |
     entries: list[Divergence] = []
     seen: set[str] = set()
     for index, item in enumerate(data["divergences"]):
-        div_id = item.get("id") if isinstance(item, dict) else None
-        where = f"{name}: {div_id}" if isinstance(div_id, str) else f"{name}: divergences[{index}]"
-        if not isinstance(item, dict):
-            problems.append(f"{where}: must be a mapping")
-            continue
-        n_before = len(problems)
-        for key in _FIELDS:
-            if key not in item:
-                problems.append(f"{where}: missing field {key!r}")
-        for key in sorted(set(item) - set(_FIELDS) - _OPTIONAL):
-            problems.append(f"{where}: unknown field {key!r}")
-        if not isinstance(div_id, str) or not _DIV_ID.match(div_id):
-            problems.append(f"{where}: id must look like DIV-001, got {div_id!r}")
-        elif div_id in seen:
-            problems.append(f"{where}: duplicate id")
-        else:
-            seen.add(div_id)
-        rid = item.get("requirement")
-        if not isinstance(rid, str) or not _REQ_ID.match(rid):
-            problems.append(f"{where}: requirement must be a catalog id like KIP-447.FETCH.001, got {rid!r}")
-        elif catalog is not None and rid not in catalog:
-            problems.append(f"{where}: requirement {rid} is not in the catalog")
-        kip_text = _text(problems, where, item, "kip_text") if "kip_text" in item else ""
-        ak = item.get("apache_kafka")
-        versions = behaviour = ""
-        if "apache_kafka" in item:
-            if not isinstance(ak, dict):
-                problems.append(f"{where}: apache_kafka must be a mapping with versions and behaviour")
-            else:
-                behaviour = _text(problems, f"{where}: apache_kafka", ak, "behaviour")
-                raw_versions = ak.get("versions")
-                if raw_versions is False:
-                    raw_versions = "no"
-                try:
-                    parse_constraint(raw_versions)
-                    versions = str(raw_versions)
-                except InvalidSpecifier as exc:
-                    problems.append(f"{where}: apache_kafka.versions must be a version constraint or 'no', got {raw_versions!r} ({exc})")
-        follows = item.get("reference")
-        if "reference" in item and follows not in FOLLOWS:
-            problems.append(f"{where}: reference must be one of {', '.join(FOLLOWS)}, got {follows!r}")
-        ev = item.get("evidence")
-        ev_test = ev_obs = ""
-        if "evidence" in item:
-            if not isinstance(ev, dict):
-                problems.append(f"{where}: evidence must be a mapping with test and observation")
-            else:
-                ev_test = _text(problems, f"{where}: evidence", ev, "test")
-                ev_obs = _text(problems, f"{where}: evidence", ev, "observation")
-        if len(problems) == n_before:
-            entries.append(
-                Divergence(
-                    id=div_id,
-                    requirement=rid,
-                    kip_text=kip_text,
-                    apache_kafka_versions=versions,
-                    apache_kafka_behaviour=behaviour,
-                    reference=follows,
-                    evidence_test=ev_test,
-                    evidence_observation=ev_obs,
-                    notes=item.get("notes"),
-                )
-            )
+        entry = _entry(problems, name, index, item, seen, catalog)
+        if entry is not None:
+            entries.append(entry)
     if problems:
         raise RegisterError(problems)
     return Register(entries)
+
+
+def _entry(
+    problems: list[str], name: str, index: int, item: Any, seen: set[str], catalog: Catalog | None
+) -> Divergence | None:
+    """One entry of the register, or None when it has a problem (appended)."""
+    div_id = item.get("id") if isinstance(item, dict) else None
+    where = f"{name}: {div_id}" if isinstance(div_id, str) else f"{name}: divergences[{index}]"
+    if not isinstance(item, dict):
+        problems.append(f"{where}: must be a mapping")
+        return None
+    n_before = len(problems)
+    for key in _FIELDS:
+        if key not in item:
+            problems.append(f"{where}: missing field {key!r}")
+    for key in sorted(set(item) - set(_FIELDS) - _OPTIONAL):
+        problems.append(f"{where}: unknown field {key!r}")
+    if not isinstance(div_id, str) or not _DIV_ID.match(div_id):
+        problems.append(f"{where}: id must look like DIV-001, got {div_id!r}")
+    elif div_id in seen:
+        problems.append(f"{where}: duplicate id")
+    else:
+        seen.add(div_id)
+    rid = item.get("requirement")
+    if not isinstance(rid, str) or not _REQ_ID.match(rid):
+        problems.append(f"{where}: requirement must be a catalog id like KIP-447.FETCH.001, got {rid!r}")
+    elif catalog is not None and rid not in catalog:
+        problems.append(f"{where}: requirement {rid} is not in the catalog")
+    kip_text = _text(problems, where, item, "kip_text") if "kip_text" in item else ""
+    versions, behaviour = _apache_kafka(problems, where, item)
+    follows = item.get("reference")
+    if "reference" in item and follows not in FOLLOWS:
+        problems.append(f"{where}: reference must be one of {', '.join(FOLLOWS)}, got {follows!r}")
+    ev_test, ev_obs = _evidence(problems, where, item)
+    if len(problems) > n_before:
+        return None
+    return Divergence(
+        id=div_id,
+        requirement=rid,
+        kip_text=kip_text,
+        apache_kafka_versions=versions,
+        apache_kafka_behaviour=behaviour,
+        reference=follows,
+        evidence_test=ev_test,
+        evidence_observation=ev_obs,
+        notes=item.get("notes"),
+    )
+
+
+def _apache_kafka(problems: list[str], where: str, item: Mapping[str, Any]) -> tuple[str, str]:
+    """The entry's apache_kafka versions constraint and behaviour ("" when absent or bad)."""
+    if "apache_kafka" not in item:
+        return "", ""
+    ak = item["apache_kafka"]
+    if not isinstance(ak, dict):
+        problems.append(f"{where}: apache_kafka must be a mapping with versions and behaviour")
+        return "", ""
+    behaviour = _text(problems, f"{where}: apache_kafka", ak, "behaviour")
+    raw_versions = ak.get("versions")
+    if raw_versions is False:
+        raw_versions = "no"
+    try:
+        parse_constraint(raw_versions)
+    except InvalidSpecifier as exc:
+        problems.append(f"{where}: apache_kafka.versions must be a version constraint or 'no', got {raw_versions!r} ({exc})")
+        return "", behaviour
+    return str(raw_versions), behaviour
+
+
+def _evidence(problems: list[str], where: str, item: Mapping[str, Any]) -> tuple[str, str]:
+    """The entry's evidence test and observation ("" when absent or bad)."""
+    if "evidence" not in item:
+        return "", ""
+    ev = item["evidence"]
+    if not isinstance(ev, dict):
+        problems.append(f"{where}: evidence must be a mapping with test and observation")
+        return "", ""
+    return _text(problems, f"{where}: evidence", ev, "test"), _text(problems, f"{where}: evidence", ev, "observation")
 
 
 def load_register(path: Path | str | None = None, catalog: Catalog | None = None) -> Register:

@@ -6,15 +6,17 @@ reports/templates/. Every value taken from results, catalog or register is escap
 
 from __future__ import annotations
 
+import hashlib
 import json
 from html import escape
+from importlib.resources import files
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from reports import charts
-from reports.certification import (
-    EXPECTED_FAILURE, OUT_OF_SCOPE, REQ_VERDICTS, UNCATALOGUED, UNEXPECTED_PASS, report_bytes,
-)
+from reports.certification import report_bytes
+from reports.register_views import UNCATALOGUED
+from reports.verdicts import EXPECTED_FAILURE, OUT_OF_SCOPE, REQ_VERDICTS, UNEXPECTED_PASS
 
 VERDICT_LABEL = {
     "pass": "pass",
@@ -39,8 +41,6 @@ CELL_COUNTS = (
 
 def _template(name: str) -> str:
     try:
-        from importlib.resources import files
-
         return files("reports").joinpath("templates", name).read_text(encoding="utf-8")
     except Exception:
         p = Path(__file__).with_name("templates") / name
@@ -156,8 +156,6 @@ def write_html(report: Mapping[str, Any], path: str | Path) -> Path:
 
 
 def json_sha256_beside(report: Mapping[str, Any], json_path: Path) -> str | None:
-    import hashlib
-
     try:
         data = json_path.read_bytes()
     except OSError:
@@ -459,8 +457,6 @@ def _deviation_label(pt: Mapping[str, Any]) -> str:
 
 def ev_anchor(nodeid: str, target: str) -> str:
     """The fragment id of a test result's evidence card."""
-    import hashlib
-
     return "ev-" + hashlib.sha1(f"{target}\0{nodeid}".encode()).hexdigest()[:12]
 
 

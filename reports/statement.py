@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Mapping
+
+from registers.catalog import DEFAULT_CATALOG_DIR
 
 
 def catalog_files(path: str | Path | None = None) -> list[Path]:
     """The catalog's YAML files in a stable (byte-wise name) order."""
-    if path is None:
-        from reports.certification import _package_path
-
-        p = _package_path("catalog")
-    else:
-        p = Path(path)
-    if p is None or not p.exists():
+    p = Path(path) if path is not None else DEFAULT_CATALOG_DIR
+    if not p.exists():
         return []
     if p.is_file():
         return [p]
@@ -65,15 +63,13 @@ def client_versions() -> dict[str, str | None]:
     """confluent-kafka, the librdkafka it loads, and kio, as installed where this runs."""
     out: dict[str, str | None] = {"confluent_kafka": None, "librdkafka": None, "kio": None}
     try:
-        import confluent_kafka
+        import confluent_kafka  # optional client: may be missing or lack its shared library
 
         out["confluent_kafka"] = _first(confluent_kafka.version())
         out["librdkafka"] = _first(confluent_kafka.libversion())
     except Exception:  # noqa: BLE001 - not installed or no shared library
         pass
     try:
-        from importlib.metadata import version
-
         out["kio"] = version("kio")
     except Exception:  # noqa: BLE001
         pass

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from registers.deviations import Deviation
 from reports import certification as cert
 from reports.html_report import render_html, write_html
 
@@ -73,12 +74,13 @@ requirements:
 """
 
 REGISTER = """\
-- id: DIV-001
-  requirement: KIP-98.TXN.001
-  kip_text: "The KIP says <b>X</b>"
-  apache_kafka: {versions: ">=3.0", behaviour: "Kafka does Y"}
-  reference: "follows Apache Kafka"
-  evidence: {test: "test_abort_visibility", observation: "Y seen on 3.9"}
+divergences:
+  - id: DIV-001
+    requirement: KIP-98.TXN.001
+    kip_text: "The KIP says <b>X</b>"
+    apache_kafka: {versions: ">=3.0", behaviour: "Kafka does Y"}
+    reference: kafka
+    evidence: {test: "test_abort_visibility", observation: "Y seen on 3.9"}
 """
 
 
@@ -434,10 +436,8 @@ def mock_report(tmp_path, catalog_dir, register_file, deviations_file) -> dict:
 
 
 def test_deviation_of_reads_the_plugin_reasons():
-    from registers.deviations import Deviation
-
     dev = Deviation("DEV-004", MOCK, "test_corrupt_batch_rejected", "PROTO.BAD.001", "appends it", "seen")
-    # exactly how conformance/plugin.py words the strict xfail and pytest the strict xpass
+    # exactly how conformance/collection.py words the strict xfail and pytest the strict xpass
     assert cert.deviation_of("fail", f"expected failure (xfail): {dev.reason}") == {
         "id": "DEV-004", "status": cert.EXPECTED_FAILURE}
     assert cert.deviation_of("fail", "[XPASS(strict)] " + dev.reason) == {
