@@ -3,6 +3,7 @@ replay share (floor 3, above targets/, rules/, reports/, below conformance/ and 
 
 - `wire`: raw protocol requests through `reference_impl.client.raw_client`;
 - `txn`: InitProducerId / AddPartitionsToTxn / EndTxn and the other transaction calls;
+- `errors`: the retriable error-code sets (coordinator, leader, transaction settling);
 - `share`: share-group (KIP-932) requests and acknowledgement helpers;
 - `acl`: ACL grants for authorizer targets;
 - `confluent`: confluent-kafka (librdkafka) operations with deadlines;

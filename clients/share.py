@@ -18,6 +18,7 @@ from typing import Any, Callable
 from kio.schema.errors import ErrorCode
 
 from clients import wire
+from clients.errors import COORDINATOR_RETRIABLE, LEADER_RETRIABLE
 from targets.target import NotSupportedByTarget
 from reference_impl.client.raw_client import ClusterClient, RawClient
 from reference_impl.protocol import framing, payloads
@@ -29,8 +30,6 @@ ACCEPT, RELEASE, REJECT, RENEW = 1, 2, 3, 4
 GAP = 0
 SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE = ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_DESCRIBE, ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE
 INCREMENTAL_ALTER_CONFIGS, GROUP_RESOURCE, SET = ApiKey.INCREMENTAL_ALTER_CONFIGS, 32, 0
-RETRIABLE_COORDINATOR_ERRORS = (E.not_coordinator, E.coordinator_not_available, E.coordinator_load_in_progress)
-RETRIABLE_LEADER_ERRORS = (E.not_leader_or_follower, E.leader_not_available, E.unknown_topic_or_partition)
 
 PartitionKey = tuple[uuid.UUID, int]
 Acks = dict[PartitionKey, list[tuple[int, int, list[int]]]]
@@ -154,7 +153,7 @@ def join_share_group(client: ClusterClient, group: str, topics: list[str], wait_
     deadline = time.monotonic() + wait_s
     while True:
         resp = heartbeat(coord, group, member, epoch, topics if epoch == 0 else None)
-        if resp.error_code in RETRIABLE_COORDINATOR_ERRORS and time.monotonic() < deadline:
+        if resp.error_code in COORDINATOR_RETRIABLE and time.monotonic() < deadline:
             time.sleep(0.2)  # a fresh Kafka is still creating/loading its coordinators
             coord = client.coordinator_for(group, 0, wait_s=wait_s)
             continue
@@ -278,7 +277,7 @@ def produce_values(client: ClusterClient, topic: str, values: list[bytes], parti
         )
         leader = wire.leader_eventually(client, topic, partition, max(0.0, deadline - time.monotonic()))
         resp = leader.send(req).responses[0].partition_responses[0]
-        if resp.error_code not in RETRIABLE_LEADER_ERRORS or time.monotonic() > deadline:
+        if resp.error_code not in LEADER_RETRIABLE or time.monotonic() > deadline:
             break
         time.sleep(0.2)
     assert resp.error_code == E.none, resp
@@ -311,7 +310,7 @@ def read_share_state(client: ClusterClient, group: str, tid: uuid.UUID, p: int =
         if part.error_code == E.none:
             return int(part.start_offset), [(int(b.first_offset), int(b.last_offset), int(b.delivery_state), int(b.delivery_count))
                                             for b in part.state_batches]
-        if part.error_code not in RETRIABLE_COORDINATOR_ERRORS or time.monotonic() > deadline:
+        if part.error_code not in COORDINATOR_RETRIABLE or time.monotonic() > deadline:
             raise AssertionError(f"ReadShareGroupState {key}: {part.error_code!r} {part.error_message}")
         time.sleep(0.2)
 
@@ -486,7 +485,7 @@ class SharePartitionUnderTest:
             deadline = time.monotonic() + 15
             while True:  # the coordinator may be moving (a node was just stopped)
                 resp = heartbeat(self.cc.coordinator_for(self.group, 0, wait_s=15), self.group, member, 0, [self.topic])
-                if resp.error_code not in RETRIABLE_COORDINATOR_ERRORS or time.monotonic() > deadline:
+                if resp.error_code not in COORDINATOR_RETRIABLE or time.monotonic() > deadline:
                     break
                 time.sleep(0.2)
             assert resp.error_code == E.none, resp

@@ -13,6 +13,7 @@ from typing import Any
 
 from targets.target import NotSupportedByTarget, Target
 from kio.schema.errors import ErrorCode
+from clients.errors import COORDINATOR_RETRIABLE
 from kio.schema.consumer_protocol_subscription.v0.data import ConsumerProtocolSubscription
 
 from reference_impl.client.raw_client import ClusterClient, RawClient
@@ -238,11 +239,6 @@ def offset_fetch(client: RawClient, group: str, topic: str, partitions: list[int
     return out
 
 
-_LOADING_GROUP_ERRORS = frozenset({
-    ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available, ErrorCode.not_coordinator,
-})
-
-
 def offset_commit_when_loaded(
     cc: ClusterClient, group: str, topic: str, partition: int, offset: int, *, wait_s: float = 30.0, **fields: Any,
 ) -> tuple[RawClient, int]:
@@ -254,7 +250,7 @@ def offset_commit_when_loaded(
     while True:
         coord = cc.coordinator_for(group, wait_s=max(0.0, deadline - time.monotonic()))
         error = offset_commit(coord, group, topic, partition, offset, **fields)
-        if error not in _LOADING_GROUP_ERRORS or time.monotonic() >= deadline:
+        if error not in COORDINATOR_RETRIABLE or time.monotonic() >= deadline:
             return coord, error
         time.sleep(0.2)
 

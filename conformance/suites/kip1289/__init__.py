@@ -9,19 +9,19 @@ share.version to 2 with UpdateFeatures for the test and lowers it again afterwar
 changes the features of any other target.
 
 Wire helpers in the style of clients.wire: one request, the answer as decoded.
-Transactions use TV2 (EndTxn v5 bumps the epoch), which KIP-1289 requires.
+Transactions use TV2 (EndTxn v5 bumps the epoch), which KIP-1289 requires, through clients.txn.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode as E
 
 from clients.share import heartbeat, nested
+from clients.txn import TxnSession
 from clients.wire import ms
 from targets.target import NotSupportedByTarget
 from reference_impl.client.raw_client import ClusterClient, RawClient
@@ -29,11 +29,10 @@ from reference_impl.protocol import framing, payloads
 from reference_impl.protocol.api_keys import ApiKey
 
 TXN_SHARE_ACK, UPDATE_FEATURES, WRITE_TXN_MARKERS = ApiKey.TXN_SHARE_ACKNOWLEDGE, ApiKey.UPDATE_FEATURES, ApiKey.WRITE_TXN_MARKERS
-INIT_PRODUCER_ID, END_TXN, DESCRIBE_TRANSACTIONS, API_VERSIONS = ApiKey.INIT_PRODUCER_ID, ApiKey.END_TXN, ApiKey.DESCRIBE_TRANSACTIONS, 18
+API_VERSIONS = ApiKey.API_VERSIONS
 GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4
 UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3
 SHARE_STATE_TOPIC = "__share_group_state"
-_SETTLING = {E.coordinator_load_in_progress, E.coordinator_not_available, E.not_coordinator, E.concurrent_transactions}
 
 # (topic id, partition) -> [(first, last, [types])]
 Acks = dict[tuple[uuid.UUID, int], list[tuple[int, int, list[int]]]]
@@ -110,46 +109,17 @@ def finalized_level(node: RawClient, name: str) -> int:
 # -- scenario pieces ----------------------------------------------------------------------------
 
 
-@dataclass
-class Txn:
-    """A TV2 transactional producer driven on the wire."""
-
-    cc: ClusterClient
-    tid: str
-    pid: int = -1
-    epoch: int = -1
-    timeout_ms: int = 60_000
-
-    def coordinator(self) -> RawClient:
-        return self.cc.coordinator_for(self.tid, key_type=1, wait_s=30)
+class Txn(TxnSession):
+    """A TV2 transactional producer driven on the wire: InitProducerId and EndTxn at v5
+    exactly; EndTxn's bumped epoch becomes current (KIP-890)."""
 
     def init(self, wait_s: float = 30.0) -> "Txn":
-        deadline = time.monotonic() + wait_s
-        while True:
-            resp = self.coordinator().request(INIT_PRODUCER_ID, 5, transactional_id=self.tid,
-                                              transaction_timeout=ms(self.timeout_ms), producer_id=-1, producer_epoch=-1)
-            if resp.error_code == E.none:
-                self.pid, self.epoch = int(resp.producer_id), int(resp.producer_epoch)
-                return self
-            assert resp.error_code in _SETTLING and time.monotonic() < deadline, resp
-            time.sleep(0.2)
+        resp = self.init_producer_id(highest=5, lowest=5, wait_s=wait_s)
+        assert resp.error_code == E.none, resp
+        return self
 
     def end(self, committed: bool, wait_s: float = 20.0) -> Any:
-        """EndTxn v5; on success the bumped epoch becomes current."""
-        deadline = time.monotonic() + wait_s
-        while True:
-            resp = self.coordinator().request(END_TXN, 5, transactional_id=self.tid, producer_id=self.pid,
-                                              producer_epoch=self.epoch, committed=committed)
-            if resp.error_code == E.none:
-                self.pid, self.epoch = int(resp.producer_id), int(resp.producer_epoch)
-                return resp
-            if resp.error_code not in _SETTLING or time.monotonic() > deadline:
-                return resp
-            time.sleep(0.2)
-
-    def describe(self) -> Any:
-        resp = self.coordinator().request(DESCRIBE_TRANSACTIONS, 0, transactional_ids=(self.tid,))
-        return resp.transaction_states[0]
+        return self.end_txn(committed, highest=5, lowest=5, wait_s=wait_s)
 
 
 def stage(node: RawClient, txn: Txn, group: str, member: str, member_epoch: int, acks: Acks, *,

@@ -1,119 +1,57 @@
 """KIP-447 suite: group fencing of transactional offset commits, pending offsets and
 stable OffsetFetch, plus raw-protocol helpers shared by its modules.
 
-`RawTxn` drives one transaction over the raw protocol (InitProducerId, AddOffsetsToTxn,
-TxnOffsetCommit, EndTxn at transaction-protocol v1 versions) and returns every answer
-unretried where the scenario looks at it (TxnOffsetCommit), retrying only the coordinator's
-transient answers elsewhere. `join` / `sync` speak JoinGroup / SyncGroup with an optional
-group instance id (static membership), `offset_fetch` OffsetFetch at a chosen version.
+`RawTxn` drives one transaction over the raw protocol (clients.txn's session at
+transaction-protocol v1 versions) and returns error codes: TxnOffsetCommit unretried (the
+scenario looks at every answer), the coordinator's settling answers retried elsewhere.
+`join` / `sync` speak JoinGroup / SyncGroup with an optional group instance id (static
+membership), `offset_fetch` OffsetFetch at a chosen version.
 """
 
 from __future__ import annotations
 
-import datetime
 import time
 from typing import Any
 
 from targets.target import NotSupportedByTarget
 
 from clients import wire
+from clients.errors import COORDINATOR_RETRIABLE
+from clients.txn import TxnSession
+from clients.wire import ms
 from reference_impl.client.raw_client import ClusterClient, RawClient
 from reference_impl.protocol.api_keys import ApiKey
 from kio.schema.errors import ErrorCode
 
-INIT_PRODUCER_ID, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = ApiKey.INIT_PRODUCER_ID, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN, ApiKey.TXN_OFFSET_COMMIT
+TXN_OFFSET_COMMIT = ApiKey.TXN_OFFSET_COMMIT
 OFFSET_FETCH, JOIN_GROUP, SYNC_GROUP = ApiKey.OFFSET_FETCH, ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP
 
 # Error codes (Kafka's Errors table).
 NONE = ErrorCode.none
-COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available, ErrorCode.not_coordinator
+COORDINATOR_LOAD_IN_PROGRESS = ErrorCode.coordinator_load_in_progress
 ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS = ErrorCode.illegal_generation, ErrorCode.unknown_member_id, ErrorCode.rebalance_in_progress
-CONCURRENT_TRANSACTIONS = ErrorCode.concurrent_transactions
 MEMBER_ID_REQUIRED = ErrorCode.member_id_required
 FENCED_INSTANCE_ID = ErrorCode.fenced_instance_id
 NO_REASSIGNMENT_IN_PROGRESS = ErrorCode.no_reassignment_in_progress
 UNSTABLE_OFFSET_COMMIT = ErrorCode.unstable_offset_commit
 
-_TRANSIENT = {COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, CONCURRENT_TRANSACTIONS}
 
-
-def ms(value: int) -> datetime.timedelta:
-    return datetime.timedelta(milliseconds=value)
-
-
-class RawTxn:
-    """One transactional id over the raw protocol (transaction protocol v1 request versions)."""
+class RawTxn(TxnSession):
+    """A clients.txn session at transaction protocol v1 versions (InitProducerId <= v4,
+    AddOffsetsToTxn and EndTxn <= v3) that answers error codes; settling answers are
+    resent every 50 ms for up to 30 s and logged in `answers` with the rest."""
 
     def __init__(self, cc: ClusterClient, transactional_id: str, timeout_ms: int = 20_000) -> None:
-        self.cc, self.tid, self.timeout_ms = cc, transactional_id, timeout_ms
-        self.producer_id, self.producer_epoch = -1, -1
-        self.answers: list[dict[str, Any]] = []  # every (api, error) this transaction saw
-
-    def _txn_coordinator(self) -> RawClient:
-        return self.cc.coordinator_for(self.tid, key_type=1, wait_s=30)
-
-    def _call(self, api_key: int, highest: int, name: str, deadline_s: float = 30.0, lowest: int = 0, **fields: Any) -> Any:
-        deadline = time.monotonic() + deadline_s
-        while True:
-            coord = self._txn_coordinator()
-            req = wire.Req(coord, api_key, highest, lowest=lowest)
-            resp = req.send(**fields)
-            code = int(resp.error_code)
-            self.answers.append({"api": name, "version": req.version, "error_code": code})
-            if code in _TRANSIENT and time.monotonic() < deadline:
-                time.sleep(0.05)
-                continue
-            return resp
+        super().__init__(cc, transactional_id, timeout_ms=timeout_ms, every_s=0.05)
 
     def init(self) -> int:
-        resp = self._call(
-            INIT_PRODUCER_ID, 4, "InitProducerId",
-            transactional_id=self.tid, transaction_timeout=ms(self.timeout_ms), producer_id=-1, producer_epoch=-1,
-        )
-        if int(resp.error_code) == 0:
-            self.producer_id, self.producer_epoch = int(resp.producer_id), int(resp.producer_epoch)
-        return int(resp.error_code)
+        return int(self.init_producer_id(highest=4).error_code)
 
     def add_offsets(self, group: str) -> int:
-        resp = self._call(
-            ADD_OFFSETS_TO_TXN, 3, "AddOffsetsToTxn",
-            transactional_id=self.tid, producer_id=self.producer_id, producer_epoch=self.producer_epoch, group_id=group,
-        )
-        return int(resp.error_code)
-
-    def txn_offset_commit(
-        self, group: str, topic: str, offsets: dict[int, int], *, generation: int = -1, member_id: str = "",
-        instance_id: str | None = None, lowest: int = 3,
-    ) -> tuple[int, dict[int, int]]:
-        """One TxnOffsetCommit (v`lowest`..v4) to the group coordinator, not retried:
-        (version, {partition: error_code})."""
-        coord = self.cc.coordinator_for(group, wait_s=30)
-        req = wire.Req(coord, TXN_OFFSET_COMMIT, 4, lowest=lowest)
-        resp = req.send(
-            transactional_id=self.tid, group_id=group, producer_id=self.producer_id,
-            producer_epoch=self.producer_epoch, generation_id=generation, member_id=member_id,
-            group_instance_id=instance_id,
-            topics=(req.part(
-                "TxnOffsetCommitRequestTopic", name=topic,
-                partitions=tuple(
-                    req.part("TxnOffsetCommitRequestPartition", partition_index=p, committed_offset=o,
-                             committed_leader_epoch=-1, committed_metadata="")
-                    for p, o in sorted(offsets.items())
-                ),
-            ),),
-        )
-        out = {int(pr.partition_index): int(pr.error_code) for t in resp.topics for pr in t.partitions}
-        for code in out.values():
-            self.answers.append({"api": "TxnOffsetCommit", "version": req.version, "error_code": code})
-        return req.version, out
+        return int(self.add_offsets_to_txn(group, highest=3).error_code)
 
     def end(self, commit: bool) -> int:
-        resp = self._call(
-            END_TXN, 3, "EndTxn",
-            transactional_id=self.tid, producer_id=self.producer_id, producer_epoch=self.producer_epoch,
-            committed=commit,
-        )
-        return int(resp.error_code)
+        return int(self.end_txn(commit, highest=3, wait_s=30.0).error_code)
 
 
 def offset_fetch(client: RawClient, group: str, topic: str, partitions: list[int], *, require_stable: bool,
@@ -177,8 +115,7 @@ def group_coordinator(cc: ClusterClient, group: str, topic: str, timeout_s: floa
         coord = cc.coordinator_for(group, wait_s=30)
         _, ans = offset_fetch(coord, group, topic, [0], require_stable=False)
         codes = {e for _, e in ans.values()}
-        if not codes & {COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR} \
-                or time.monotonic() > deadline:
+        if not codes & COORDINATOR_RETRIABLE or time.monotonic() > deadline:
             return coord
         time.sleep(0.2)
 

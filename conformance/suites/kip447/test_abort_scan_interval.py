@@ -15,8 +15,8 @@ import pytest
 
 from conformance import target_limits
 from clients import confluent, wire
+from clients.txn import add_partitions_ok, init_ok, produce_txn_ok
 from conformance.suites.kip98 import idem_batch, require_transactions
-from conformance.suites.kip98.test_fencing import add_partitions_ok, init_ok, produce_txn_ok
 from conformance.suites.kip98.test_timeouts import wait_for_abort_marker
 from conformance.suites.kip98.test_transaction_log_topic import broker_settings, is_unset
 

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from clients import confluent, wire
-from conformance.suites.kip98.test_fencing import FENCING, add_partitions, init_ok
+from clients.txn import add_partitions_to_txn, coordinator, init_ok
+from conformance.suites.kip98.test_fencing import FENCING
 from conformance.suites.kip447 import (
     ILLEGAL_GENERATION,
     UNKNOWN_MEMBER_ID,
@@ -86,9 +87,9 @@ def init_per_transactional_id_scenario(target, ids) -> dict[str, Any]:
             joins += [int(j.error_code), int(s.error_code)]
         _, first, _ = init_ok(cc1, tid)
         coord2, second, _ = init_ok(cc2, tid)
-        _, fenced = add_partitions(cc1.coordinator_for(tid, key_type=1, wait_s=30), tid, int(first.producer_id),
-                                   int(first.producer_epoch), topic, [0])
-        _, current = add_partitions(coord2, tid, int(second.producer_id), int(second.producer_epoch), topic, [0])
+        _, fenced = add_partitions_to_txn(coordinator(cc1, tid), tid, int(first.producer_id), int(first.producer_epoch),
+                                          topic, [0])
+        _, current = add_partitions_to_txn(coord2, tid, int(second.producer_id), int(second.producer_epoch), topic, [0])
     return {"joins": joins, "same_producer_id": int(first.producer_id) == int(second.producer_id),
             "epoch_step": int(second.producer_epoch) - int(first.producer_epoch),
             "first_instance": fenced.get(0), "second_instance": current.get(0)}

@@ -379,7 +379,7 @@ def stale_producer_epoch_scenario(target, ids):
         b_init = b.init()
         _, stale = a.txn_offset_commit(group, topic, {0: 9})
         after = _stable_offset(coord, group, topic, 0)
-    return {"first": first[0], "b_init": b_init, "epoch_bumped": b.producer_epoch > a.producer_epoch,
+    return {"first": first[0], "b_init": b_init, "epoch_bumped": b.epoch > a.epoch,
             "stale": stale[0], "after": after}
 
 

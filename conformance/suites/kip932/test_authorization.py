@@ -26,8 +26,9 @@ from clients import wire
 from clients.acl import (
     CLUSTER, KIP932_CLUSTER_USER, RESOURCE_USER, AclScene, Op, Res, require_authorizer, until_allowed,
 )
+from clients.errors import COORDINATOR_RETRIABLE
 from clients.share import (
-    ACCEPT, READ_SHARE_GROUP_STATE, RETRIABLE_COORDINATOR_ERRORS, SHARE_COORDINATOR_KEY_TYPE, SHARE_GROUP_DESCRIBE, E,
+    ACCEPT, READ_SHARE_GROUP_STATE, SHARE_COORDINATOR_KEY_TYPE, SHARE_GROUP_DESCRIBE, E,
     ShareSession, acquired, eventually, heartbeat, join_share_group, kafka_uuid, leader_epoch, nested, new_member_id,
     produce_values, require_share_groups, set_group_configs,
 )
@@ -77,7 +78,7 @@ def describe_group(node: RawClient, group: str, wait_s: float = 15.0) -> Any:
     deadline = time.monotonic() + wait_s
     while True:
         (entry,) = node.request(SHARE_GROUP_DESCRIBE, 1, group_ids=(group,), include_authorized_operations=False).groups
-        if int(entry.error_code) not in RETRIABLE_COORDINATOR_ERRORS or time.monotonic() > deadline:
+        if int(entry.error_code) not in COORDINATOR_RETRIABLE or time.monotonic() > deadline:
             return entry
         time.sleep(0.2)
 

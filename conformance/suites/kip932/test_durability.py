@@ -31,6 +31,7 @@ import pytest
 
 from conformance import target_limits
 from clients import share
+from clients.errors import COORDINATOR_RETRIABLE
 from clients.share import ACCEPT, E, REJECT, RELEASE, eventually, share_ack, share_fetch
 from conformance.suites import require_api, require_nodes
 from conformance.suites.kip932.test_membership import require_describe
@@ -111,7 +112,7 @@ def spso(cc: ClusterClient, s: ShareSetup, p: int = 0) -> int:
         if part.error_code == E.none:
             return int(part.start_offset)
         waited = time.monotonic() - start
-        assert part.error_code in share.RETRIABLE_COORDINATOR_ERRORS and waited < FAILOVER_WAIT_S, (
+        assert part.error_code in COORDINATOR_RETRIABLE and waited < FAILOVER_WAIT_S, (
             f"the share coordinator (node {coordinator}) still answered "
             f"{part.error_code!r} ({part.error_message}) after {waited:.0f} s")
         time.sleep(0.3)
@@ -371,7 +372,7 @@ class Heartbeats(threading.Thread):
             self.last_ok[member] = now
             return
         self._note(f"node {node}: {member} error {int(resp.error_code)} after {gap:.1f}s without a heartbeat")
-        if resp.error_code not in share.RETRIABLE_COORDINATOR_ERRORS:
+        if resp.error_code not in COORDINATOR_RETRIABLE:
             self.errors.append((member, int(resp.error_code)))
 
     def _note(self, what: str) -> None:
@@ -410,7 +411,7 @@ def beat_until_stable(cc: ClusterClient, s: ShareSetup, epochs: dict[str, int]) 
         coord = cc.coordinator_for(s.group, 0, wait_s=FAILOVER_WAIT_S)
         for m in epochs:
             resp = share.heartbeat(coord, s.group, m, epochs[m])
-            assert resp.error_code in (E.none, *share.RETRIABLE_COORDINATOR_ERRORS), resp
+            assert resp.error_code in (E.none, *COORDINATOR_RETRIABLE), resp
             if resp.error_code == E.none:
                 epochs[m] = int(resp.member_epoch)
         d = describe_group(cc, s.group)

@@ -27,6 +27,7 @@ from conformance.suites.kip932.test_membership import (
     Member, beat, beat_until, coordinator, describe, eventually, new_topic, require_describe,
 )
 from conformance.suites.kip932.test_sessions import require_share_groups
+from conformance.suites.kip932.test_share_state_rpcs import summary
 from targets.target import NotSupportedByTarget
 from reference_impl.protocol import framing
 from reference_impl.protocol.api_keys import ApiKey
@@ -269,8 +270,6 @@ def _state_epoch(cc, sp: SharePartitionUnderTest) -> int | None:
     does not advertise it."""
     if not sp.target.capabilities().supports_api(ApiKey.READ_SHARE_GROUP_STATE_SUMMARY):
         return None
-    from conformance.suites.kip932.test_share_state_rpcs import summary
-
     got = summary(cc, sp.group, sp.tid)
     assert got.error_code == E.none, got
     return int(got.state_epoch)

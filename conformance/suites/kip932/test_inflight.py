@@ -21,6 +21,7 @@ from clients.share import (
 )
 from conformance.suites import require_nodes
 from targets.target import NotSupportedByTarget
+from reference_impl.handlers.share_fetch import share_manager
 from reference_impl.protocol import records as r
 from reference_impl.protocol.api_keys import ApiKey
 
@@ -100,8 +101,6 @@ def reference_states(target, group, tid, offsets) -> dict[int, tuple[str, int]] 
     """offset -> (state name, delivery count) from the reference's share-partition model."""
     if target.kind != "reference":
         return None
-    from reference_impl.handlers.share_fetch import share_manager
-
     sp = share_manager(target.cluster.cluster.state).get(group, tid, 0)
     return {o: (sp.state_of(o).name, sp.delivery_count_of(o)) for o in offsets}
 

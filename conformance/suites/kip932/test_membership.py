@@ -21,12 +21,14 @@ from typing import Any, Callable
 import pytest
 
 from clients import confluent, share, wire
-from clients.share import (E, RETRIABLE_COORDINATOR_ERRORS, SHARE_GROUP_DESCRIBE, eventually, new_member_id,
-                                    share_ack, share_fetch)
+from clients.errors import COORDINATOR_RETRIABLE
+from clients.share import E, SHARE_GROUP_DESCRIBE, eventually, new_member_id, share_ack, share_fetch
 from conformance.suites import require_api
 from conformance.suites.kip932.test_sessions import record, record_side, require_share_groups
+from targets.reference_target import reference_target_config
 from targets.target import NotSupportedByTarget, Target
 from reference_impl.client.raw_client import ClusterClient, RawClient
+from reference_impl.server.broker_server import ThreadedReferenceCluster
 from reference_impl.protocol.api_keys import ApiKey
 
 CONSUMER_GROUP_DESCRIBE = ApiKey.CONSUMER_GROUP_DESCRIBE
@@ -50,7 +52,7 @@ def beat(node: RawClient, group: str, member: str, epoch: int, topics: list[str]
     deadline = time.monotonic() + 15
     while True:
         resp = share.heartbeat(node, group, member, epoch, topics)
-        if resp.error_code not in RETRIABLE_COORDINATOR_ERRORS or time.monotonic() > deadline:
+        if resp.error_code not in COORDINATOR_RETRIABLE or time.monotonic() > deadline:
             return resp
         time.sleep(0.2)
 
@@ -395,9 +397,6 @@ def short_session_target(target: Target):
     timeout (the `reference` target uses Kafka's 45 s). Kafka: the target itself, when
     started with a short group.share.session.timeout.ms."""
     if target.kind == "reference":
-        from targets.reference_target import reference_target_config
-        from reference_impl.server.broker_server import ThreadedReferenceCluster
-
         config = dataclasses.replace(reference_target_config(), group_share_session_timeout_ms=SHORT_SESSION_MS,
                                      group_share_heartbeat_interval_ms=SHORT_HEARTBEAT_MS)
         return ThreadedReferenceCluster(brokers=len(target.node_ids), config=config), SHORT_SESSION_MS

@@ -28,6 +28,7 @@ from clients.share import (
 from conformance.suites import require_api, require_feature
 from targets.target import NotSupportedByTarget, Target
 from reference_impl.client.raw_client import ClusterClient, RawClient
+from reference_impl.handlers.share_fetch import share_manager
 
 MAX_EPOCH = 2**31 - 1
 # group.share.max.share.sessions: Kafka's default (4.1+), also the KIP's cap
@@ -402,8 +403,6 @@ def test_sessions_are_per_member_and_per_broker(target, unique):
 
 def _reference_session(target: Target, node_id: int, group: str, member: str):
     """The reference broker's session object (only the reference lets a test reach 2^31-1)."""
-    from reference_impl.handlers.share_fetch import share_manager
-
     state = target.cluster.cluster.state  # type: ignore[attr-defined]
     return share_manager(state).sessions(node_id).get(group, member)
 

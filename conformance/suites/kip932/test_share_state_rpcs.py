@@ -18,11 +18,13 @@ from typing import Any
 import pytest
 
 from clients import confluent, share, wire
+from clients.errors import COORDINATOR_RETRIABLE
 from clients.share import (
-    ACCEPT, ACKNOWLEDGED, ARCHIVED, AVAILABLE, REJECT, RELEASE, RETRIABLE_COORDINATOR_ERRORS,
+    ACCEPT, ACKNOWLEDGED, ARCHIVED, AVAILABLE, REJECT, RELEASE,
     SHARE_COORDINATOR_KEY_TYPE, E, SharePartitionUnderTest, ack_codes, effective_spso, kafka_uuid, leader_epoch,
     nested, persisted_states,
 )
+from conformance.suites.kip932.test_membership import Member, beat_until, coordinator
 from conformance.suites.kip932.test_share_surface import KIP_ERROR_CODES
 from targets.target import NotSupportedByTarget
 from reference_impl.client.raw_client import ClusterClient
@@ -61,7 +63,7 @@ def state_rpc(cc: ClusterClient, api: int, group: str, tid: uuid.UUID, p: int, d
         result = resp.results[0].partitions[0]
         if result.error_code == E.cluster_authorization_failed:
             raise NotSupportedByTarget("the target refuses share-state RPCs to this client (CLUSTER_ACTION)")
-        if result.error_code not in RETRIABLE_COORDINATOR_ERRORS or node is not None or time.monotonic() > deadline:
+        if result.error_code not in COORDINATOR_RETRIABLE or node is not None or time.monotonic() > deadline:
             return result
         time.sleep(0.2)
 
@@ -220,8 +222,6 @@ def test_every_subscribed_partition_is_initialised_and_repeating_it_is_harmless(
     with the state epoch and start offset it holds is not refused as fenced and changes
     nothing."""
     require_state_rpcs(target, READ, INIT)
-    from conformance.suites.kip932.test_membership import Member, beat_until, coordinator
-
     with wire.cluster_client(target) as cc:
         sp = SharePartitionUnderTest(target, cc, unique.topic(), unique.group(), partitions=3).open()
         m = Member(coordinator(cc, sp.group), sp.group, [sp.topic])

@@ -1,10 +1,9 @@
 """KIP-98 suite: idempotence, commit/abort visibility, last stable offset.
 
-Wire-level helpers for the transaction APIs (InitProducerId, AddPartitionsToTxn, EndTxn)
-in the style of `clients.wire`: one request, at a version both sides support,
-the decoded answer returned as is. Transactions driven through them use protocol v1
-(AddPartitionsToTxn <= v3, EndTxn <= v4, Produce <= v11), which every broker that has
-transactions accepts; TV2 is exercised through the reference client.
+The transaction requests themselves are `clients.txn`'s. Transactions driven on the wire
+here use protocol v1 (AddPartitionsToTxn <= v3, EndTxn <= v4, Produce <= v11), which every
+broker that has transactions accepts; TV2 is exercised through the reference client. This
+package keeps the suite's record builders, log readers and capability gate.
 """
 
 from __future__ import annotations
@@ -13,9 +12,8 @@ import struct
 import time
 from typing import Any
 
-from kio.schema.errors import ErrorCode as E
-
-from clients.wire import TXN_COORDINATOR_KEY_TYPE, Req, fetch, list_offset, ms
+from clients import confluent
+from clients.wire import fetch, list_offset
 from targets.target import NotSupportedByTarget
 from reference_impl.client.raw_client import ClusterClient, RawClient
 from reference_impl.protocol import records
@@ -24,107 +22,7 @@ from reference_impl.protocol.api_keys import ApiKey
 INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, END_TXN = ApiKey.INIT_PRODUCER_ID, ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.END_TXN
 EARLIEST, LATEST = -2, -1
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
-TV1_MAX_PRODUCE = 11
 TS = 1_700_000_000_000
-
-# Answers a coordinator gives while it is loading / settling: retried by the helpers.
-COORDINATOR_RETRIABLE = frozenset(
-    {E.coordinator_load_in_progress, E.coordinator_not_available, E.not_coordinator, E.concurrent_transactions})
-
-
-def init_producer_id(
-    cc: ClusterClient,
-    transactional_id: str | None = None,
-    *,
-    timeout_ms: int = 60_000,
-    producer_id: int = -1,
-    producer_epoch: int = -1,
-    wait_s: float = 30.0,
-) -> tuple[RawClient, Any]:
-    """InitProducerId, to any broker (idempotent) or the transaction coordinator.
-
-    Retries only the coordinator's settling answers (the first transactional id creates
-    __transaction_state on Kafka). Returns (client it went to, response)."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        if transactional_id is None:
-            client = cc.bootstrap
-        else:
-            client = cc.coordinator_for(transactional_id, key_type=TXN_COORDINATOR_KEY_TYPE, wait_s=max(0.0, deadline - time.monotonic()))
-        r = Req(client, INIT_PRODUCER_ID, 5)
-        resp = r.send(
-            transactional_id=transactional_id,
-            transaction_timeout=ms(timeout_ms),
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-            enable2_pc=False,
-            keep_prepared_txn=False,
-        )
-        if int(resp.error_code) in COORDINATOR_RETRIABLE and time.monotonic() < deadline:
-            time.sleep(0.2)
-            continue
-        return client, resp
-
-
-def add_partitions_to_txn(
-    coord: RawClient, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partitions: list[int],
-    wait_s: float = 20.0,
-) -> dict[int, int]:
-    """AddPartitionsToTxn (client form, <= v3); {partition: error}. CONCURRENT_TRANSACTIONS
-    (the previous transaction still writing markers) is retried until wait_s."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        r = Req(coord, ADD_PARTITIONS_TO_TXN, 3)
-        topics = (r.part("AddPartitionsToTxnTopic", name=topic, partitions=tuple(partitions)),)
-        resp = r.send(
-            v3_and_below_transactional_id=transactional_id,
-            v3_and_below_producer_id=producer_id,
-            v3_and_below_producer_epoch=producer_epoch,
-            v3_and_below_topics=topics,
-            transactional_id=transactional_id,
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-            topics=topics,
-        )
-        results = getattr(resp, "results_by_topic_v3_and_below", None) or getattr(resp, "results", ())
-        out = {int(pr.partition_index): int(pr.partition_error_code) for tr in results for pr in tr.results_by_partition}
-        if any(c == 51 for c in out.values()) and time.monotonic() < deadline:
-            time.sleep(0.1)
-            continue
-        return out
-
-
-def end_txn(coord: RawClient, transactional_id: str, producer_id: int, producer_epoch: int, committed: bool, wait_s: float = 20.0) -> int:
-    """EndTxn (TV1 form, <= v4); returns the error code."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        r = Req(coord, END_TXN, 4)
-        resp = r.send(
-            transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch, committed=committed
-        )
-        code = int(resp.error_code)
-        if code == 51 and time.monotonic() < deadline:
-            time.sleep(0.1)
-            continue
-        return code
-
-
-def produce_v11(client: RawClient, topic: str, partition: int, batch: bytes, transactional_id: str | None = None) -> Any:
-    """Produce at <= v11 (TV1: the partition must have been added with AddPartitionsToTxn)."""
-    r = Req(client, 0, TV1_MAX_PRODUCE, lowest=3)
-    resp = r.send(
-        transactional_id=transactional_id,
-        acks=-1,
-        timeout=ms(30_000),
-        topic_data=(
-            r.part(
-                "TopicProduceData",
-                name=topic,
-                partition_data=(r.part("PartitionProduceData", index=partition, records=batch),),
-            ),
-        ),
-    )
-    return resp.responses[0].partition_responses[0]
 
 
 def values(prefix: str, n: int, start: int = 0) -> list[str]:
@@ -240,8 +138,6 @@ def fetch_all(cc: ClusterClient, leader: RawClient, topic: str, partition: int =
 def create_ready_topic(target: Any, cc: ClusterClient, topic: str, partitions: int = 1, timeout_s: float = 20.0) -> None:
     """Create the topic and wait until every partition's leader answers ListOffsets (a
     freshly created partition may still refuse requests with NOT_LEADER_OR_FOLLOWER)."""
-    from clients import confluent
-
     confluent.create_topic(target, topic, partitions=partitions)
     deadline = time.monotonic() + timeout_s
     for p in range(partitions):

@@ -18,7 +18,6 @@ handleAddOffsetsToTxnRequest, handleProduceRequest, handleWriteTxnMarkersRequest
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -27,18 +26,19 @@ from kio.schema.errors import ErrorCode as E
 from clients.acl import (
     CLUSTER, KIP98_CLUSTER_USER, RESOURCE_USER, AclScene, Op, Res, require_authorizer, until_allowed,
 )
-from conformance.suites import require_api
-from conformance.suites.kip98 import (
-    COORDINATOR_RETRIABLE, INIT_PRODUCER_ID, add_partitions_to_txn, create_ready_topic, idem_batch, init_producer_id,
-    log_end, produce_v11, require_transactions, values,
+from clients.errors import TXN_SETTLING
+from clients.txn import (
+    add_offsets_to_txn, add_partitions_settled, coordinator, init_producer_id, init_producer_id_settled, settle,
 )
+from clients.wire import produce
+from conformance.suites import require_api
+from conformance.suites.kip98 import create_ready_topic, idem_batch, log_end, require_transactions, values
 from conformance.suites.kip98.test_txn_admin import describe
 from conformance.suites.kip98.test_write_txn_markers import WRITE_TXN_MARKERS, write_markers
-from clients.wire import TXN_COORDINATOR_KEY_TYPE, Req, ms
 from reference_impl.client.raw_client import RawClient
 from reference_impl.protocol.api_keys import ApiKey
 
-ADD_OFFSETS_TO_TXN, DESCRIBE_TRANSACTIONS = ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.DESCRIBE_TRANSACTIONS
+DESCRIBE_TRANSACTIONS = ApiKey.DESCRIBE_TRANSACTIONS
 
 
 class Scene(AclScene):
@@ -52,15 +52,11 @@ class Scene(AclScene):
     def described(self, wait_s: float = 15.0) -> dict[str, Any]:
         """DescribeTransactions(T) as the super user; the coordinator's settling answers are
         retried (a fresh __transaction_state partition answers NOT_COORDINATOR while it loads)."""
-        deadline = time.monotonic() + wait_s
-        while True:
-            seen = describe(self.su_coordinator(), self.txn)
-            if seen["error"] not in COORDINATOR_RETRIABLE or time.monotonic() > deadline:
-                return seen
-            time.sleep(0.2)
+        return settle(lambda: describe(self.su_coordinator(), self.txn), lambda seen: seen["error"] in TXN_SETTLING,
+                      wait_s=wait_s, every_s=0.2)
 
     def su_coordinator(self) -> RawClient:
-        return self.su.coordinator_for(self.txn, TXN_COORDINATOR_KEY_TYPE, wait_s=30)
+        return coordinator(self.su, self.txn)
 
     def coordinator(self) -> RawClient:
         return self.as_user(self.su_coordinator())
@@ -71,14 +67,8 @@ class Scene(AclScene):
     def init(self) -> Any:
         """InitProducerId(T) as the user, to T's coordinator; the coordinator's settling
         answers are retried (the first transactional id creates __transaction_state)."""
-        deadline = time.monotonic() + 30
-        while True:
-            r = Req(self.coordinator(), INIT_PRODUCER_ID, 5)
-            resp = r.send(transactional_id=self.txn, transaction_timeout=ms(60_000), producer_id=-1,
-                          producer_epoch=-1, enable2_pc=False, keep_prepared_txn=False)
-            if int(resp.error_code) not in COORDINATOR_RETRIABLE or time.monotonic() > deadline:
-                return resp
-            time.sleep(0.2)
+        return settle(lambda: init_producer_id(self.coordinator(), self.txn)[1],
+                      lambda resp: int(resp.error_code) in TXN_SETTLING, wait_s=30.0, every_s=0.2)
 
     def initialised(self) -> tuple[int, int]:
         """The user's producer id and epoch for T (the user must hold WRITE on T)."""
@@ -131,20 +121,19 @@ def test_add_partitions_to_txn_needs_write_on_the_topic(scene):
     and the transaction lists t-0."""
     scene.grant((Res.TRANSACTIONAL_ID, scene.txn, Op.WRITE))
     pid, epoch = scene.initialised()
-    refused = add_partitions_to_txn(scene.coordinator(), scene.txn, pid, epoch, scene.topic, [0])
+    _, refused = add_partitions_settled(scene.coordinator(), scene.txn, pid, epoch, scene.topic, [0])
     assert refused == {0: E.topic_authorization_failed}, refused
     seen = scene.described()
     assert seen["topics"] == {}, f"a refused AddPartitionsToTxn added partitions: {seen}"
     scene.grant((Res.TOPIC, scene.topic, Op.WRITE))
-    added = until_allowed(lambda: add_partitions_to_txn(scene.coordinator(), scene.txn, pid, epoch, scene.topic, [0]),
+    added = until_allowed(lambda: add_partitions_settled(scene.coordinator(), scene.txn, pid, epoch, scene.topic, [0])[1],
                           lambda got: got == {0: E.topic_authorization_failed})
     assert added == {0: E.none}, added
     assert scene.described()["topics"] == {scene.topic: [0]}
 
 
 def _add_offsets(node: RawClient, txn: str, pid: int, epoch: int, group: str) -> int:
-    r = Req(node, ADD_OFFSETS_TO_TXN, 3)
-    return int(r.send(transactional_id=txn, producer_id=pid, producer_epoch=epoch, group_id=group).error_code)
+    return int(add_offsets_to_txn(node, txn, pid, epoch, group, highest=3)[1].error_code)
 
 
 @pytest.mark.requirement("KIP-98.ADDOFF.002")
@@ -171,19 +160,19 @@ def test_transactional_produce_needs_write_on_the_transactional_id(scene):
     answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED and the log end does not move. With WRITE
     on T granted (and t-0 added to T's transaction) the same batch is appended."""
     scene.grant((Res.TOPIC, scene.topic, Op.WRITE))
-    _, idem = init_producer_id(scene.su, None)  # a producer id to stamp the refused batch with
+    _, idem = init_producer_id_settled(scene.su, None)  # a producer id to stamp the refused batch with
     su_leader = scene.su.leader_for(scene.topic, 0)
     end = log_end(su_leader, scene.topic)
     batch = idem_batch(values("v", 3), int(idem.producer_id), int(idem.producer_epoch), 0, transactional=True)
-    refused = until_allowed(lambda: produce_v11(scene.leader(), scene.topic, 0, batch, transactional_id=scene.txn),
+    refused = until_allowed(lambda: produce(scene.leader(), scene.topic, 0, batch, transactional_id=scene.txn),
                             lambda part: int(part.error_code) == E.topic_authorization_failed)
     assert int(refused.error_code) == E.transactional_id_authorization_failed, refused
     assert log_end(su_leader, scene.topic) == end, "a refused transactional Produce was appended"
     scene.grant((Res.TRANSACTIONAL_ID, scene.txn, Op.WRITE))
     pid, epoch = scene.initialised()
-    assert add_partitions_to_txn(scene.coordinator(), scene.txn, pid, epoch, scene.topic, [0]) == {0: E.none}
-    ok = produce_v11(scene.leader(), scene.topic, 0, idem_batch(values("v", 3), pid, epoch, 0, transactional=True),
-                     transactional_id=scene.txn)
+    assert add_partitions_settled(scene.coordinator(), scene.txn, pid, epoch, scene.topic, [0])[1] == {0: E.none}
+    ok = produce(scene.leader(), scene.topic, 0, idem_batch(values("v", 3), pid, epoch, 0, transactional=True),
+                 transactional_id=scene.txn)
     assert int(ok.error_code) == E.none, ok
     assert log_end(su_leader, scene.topic) == end + 3
 
@@ -197,7 +186,7 @@ def test_write_txn_markers_needs_cluster_action(target, unique):
     s = _scene(target, unique, KIP98_CLUSTER_USER)
     try:
         require_api(target.capabilities(), WRITE_TXN_MARKERS, what="WriteTxnMarkers")
-        _, idem = init_producer_id(s.su, None)
+        _, idem = init_producer_id_settled(s.su, None)
         marker = [(int(idem.producer_id), int(idem.producer_epoch), True, 7, {s.topic: [0]})]
         su_leader = s.su.leader_for(s.topic, 0)
         end = log_end(su_leader, s.topic)

@@ -1,18 +1,22 @@
 """KIP-98 transaction coordinator errors on the wire: INVALID_TRANSACTION_TIMEOUT,
 NOT_COORDINATOR, CONCURRENT_TRANSACTIONS, INVALID_TXN_STATE, INVALID_PRODUCER_ID_MAPPING.
 
-Requests are single, unretried round trips (helpers in test_fencing); the coordinator is
-found with FindCoordinator(key_type=1).
+Requests are single, unretried round trips (clients.txn); the coordinator is found with
+FindCoordinator(key_type=1).
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
 
 from clients import confluent, wire
+from clients.errors import COORDINATOR_RETRIABLE
+from clients.txn import (
+    add_partitions_ok, add_partitions_to_txn, coordinator, end_txn, end_txn_ok, init_ok, init_producer_id,
+    init_producer_id_settled, produce_txn_ok,
+)
 from conformance.suites import require_nodes
 from conformance.suites.kip98 import idem_batch, require_transactions, wait_stable
 from conformance.suites.kip98.test_fencing import (
@@ -22,15 +26,6 @@ from conformance.suites.kip98.test_fencing import (
     INVALID_TXN_STATE,
     NONE,
     NOT_COORDINATOR,
-    _SETTLING,
-    add_partitions,
-    add_partitions_ok,
-    coordinator,
-    end_txn,
-    end_txn_ok,
-    init_ok,
-    init_pid,
-    produce_txn_ok,
 )
 from clients.wire import Req
 from reference_impl.protocol.api_keys import ApiKey
@@ -43,17 +38,12 @@ MAX_TIMEOUT_MS = 900_000  # transaction.max.timeout.ms default; no target overri
 # ----------------------------------------------------------------------------- timeout bounds
 
 
-def _init_once_loaded(cc, tid: str, timeout_ms: int, wait_s: float = 30.0):
-    """InitProducerId retried while tid's coordinator settles. The settle step above warms
-    another id, whose __transaction_state partition may live on another broker (3 nodes):
-    tid's own partition can still be loading (COORDINATOR_LOAD_IN_PROGRESS), an answer with
-    no side effect, so the producer epoch stays 0."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        resp = init_pid(coordinator(cc, tid), tid, timeout_ms=timeout_ms)
-        if int(resp.error_code) not in _SETTLING or time.monotonic() > deadline:
-            return resp
-        time.sleep(0.1)
+def _init_once_loaded(cc, tid: str, timeout_ms: int) -> Any:
+    """InitProducerId retried every 100 ms while tid's coordinator settles. The settle step
+    above warms another id, whose __transaction_state partition may live on another broker
+    (3 nodes): tid's own partition can still be loading (COORDINATOR_LOAD_IN_PROGRESS), an
+    answer with no side effect, so the producer epoch stays 0."""
+    return init_producer_id_settled(cc, tid, timeout_ms=timeout_ms, retriable=COORDINATOR_RETRIABLE, every_s=0.1)[1]
 
 
 def invalid_timeout_scenario(target, ids) -> dict[str, Any]:
@@ -61,10 +51,10 @@ def invalid_timeout_scenario(target, ids) -> dict[str, Any]:
     with wire.cluster_client(target) as cc:
         init_ok(cc, ids.transactional_id())  # let the coordinator settle (Kafka creates __transaction_state)
         coord = coordinator(cc, tid)
-        above = init_pid(coord, tid, timeout_ms=MAX_TIMEOUT_MS + 1)
-        zero = init_pid(coord, tid, timeout_ms=0)
+        _, above = init_producer_id(coord, tid, timeout_ms=MAX_TIMEOUT_MS + 1)
+        _, zero = init_producer_id(coord, tid, timeout_ms=0)
         at_max = _init_once_loaded(cc, tid, MAX_TIMEOUT_MS)
-        again = init_pid(coordinator(cc, tid), tid)
+        _, again = init_producer_id(coordinator(cc, tid), tid)
     return {
         "above_max": [int(above.error_code), int(above.producer_id)],
         "zero": [int(zero.error_code), int(zero.producer_id)],
@@ -111,8 +101,8 @@ def not_coordinator_scenario(target, ids) -> dict[str, Any]:
         obs: dict[str, Any] = {
             "find_coordinator_errors": sorted({a[0] for a in answers.values()}),
             "same_coordinator_everywhere": len(coord_ids) == 1,
-            "init": int(init_pid(other, tid).error_code),
-            "add_partitions": add_partitions(other, tid, pid, epoch, topic, [0])[1][0],
+            "init": int(init_producer_id(other, tid)[1].error_code),
+            "add_partitions": add_partitions_to_txn(other, tid, pid, epoch, topic, [0])[1][0],
             "end_txn": int(end_txn(other, tid, pid, epoch, True)[1].error_code),
         }
         # The real coordinator still serves the id.
@@ -149,7 +139,7 @@ def concurrent_transactions_scenario(target, ids) -> dict[str, Any]:
         pid, epoch = int(a.producer_id), int(a.producer_epoch)
         add_partitions_ok(coord, tid, pid, epoch, topic, [0])
         assert int(produce_txn_ok(leader, tid, topic, 0, idem_batch(["open"], pid, epoch, 0, True))[1].error_code) == NONE
-        obs["init_while_ongoing"] = int(init_pid(coord, tid).error_code)
+        obs["init_while_ongoing"] = int(init_producer_id(coord, tid)[1].error_code)
         coord, b, _ = init_ok(cc, tid)
         obs["init_after_retry"] = int(b.error_code)
         # 2. Right after EndTxn(commit): markers may still be pending. Kafka answers
@@ -163,7 +153,7 @@ def concurrent_transactions_scenario(target, ids) -> dict[str, Any]:
             assert int(produce_txn_ok(leader, tid, topic, 0, idem_batch([f"c{attempt}"], pid, epoch, seq, True))[1].error_code) == NONE
             end = end_txn_ok(coord, tid, pid, epoch, True)
             # The next transaction's first AddPartitionsToTxn, sent at once.
-            seen_add.append(add_partitions(coord, tid, pid, epoch, topic, [0])[1][0])
+            seen_add.append(add_partitions_to_txn(coord, tid, pid, epoch, topic, [0])[1][0])
             if seen_add[-1] == NONE:
                 # It started the next transaction: end it (nothing was written).
                 end_txn_ok(coord, tid, pid, epoch, False)
@@ -173,7 +163,7 @@ def concurrent_transactions_scenario(target, ids) -> dict[str, Any]:
         for attempt in range(5):
             add_partitions_ok(coord, tid, pid, epoch, topic, [0])
             end_txn_ok(coord, tid, pid, epoch, False)
-            resp = init_pid(coord, tid)
+            _, resp = init_producer_id(coord, tid)
             seen_init.append(int(resp.error_code))
             coord, init, _ = init_ok(cc, tid)
             pid, epoch = int(init.producer_id), int(init.producer_epoch)
@@ -226,9 +216,9 @@ def invalid_state_scenario(target, ids) -> dict[str, Any]:
             tid2 = ids.transactional_id()
             coord2, init2, _ = init_ok(cc, tid2)
             pid2, epoch2 = int(init2.producer_id), int(init2.producer_epoch)
-            _, resp = end_txn(coord2, tid2, pid2, epoch2, True, version=5)
+            _, resp = end_txn(coord2, tid2, pid2, epoch2, True, highest=5)
             obs["tv2_commit_without_txn"] = {"error": int(resp.error_code), "epoch_delta": int(resp.producer_epoch) - epoch2}
-            _, resp = end_txn(coord2, tid2, pid2, epoch2, False, version=5)
+            _, resp = end_txn(coord2, tid2, pid2, epoch2, False, highest=5)
             obs["tv2_abort_without_txn"] = {"error": int(resp.error_code), "epoch_delta": int(resp.producer_epoch) - epoch2}
         # A committed transaction: retrying the commit is fine, aborting it is not.
         add_partitions_ok(coord, tid, pid, epoch, topic, [0])
@@ -238,12 +228,12 @@ def invalid_state_scenario(target, ids) -> dict[str, Any]:
         obs["commit_retry"] = int(end_txn_ok(coord, tid, pid, epoch, True).error_code)
         obs["abort_after_commit"] = int(end_txn(coord, tid, pid, epoch, False)[1].error_code)
         # Wrong producer id for the transactional id.
-        obs["add_partitions_wrong_pid"] = add_partitions(coord, tid, pid + 1000, epoch, topic, [0])[1][0]
+        obs["add_partitions_wrong_pid"] = add_partitions_to_txn(coord, tid, pid + 1000, epoch, topic, [0])[1][0]
         obs["end_txn_wrong_pid"] = int(end_txn(coord, tid, pid + 1000, epoch, True)[1].error_code)
         # A transactional id the coordinator has never seen.
         unknown = ids.transactional_id()
         other_coord = coordinator(cc, unknown)
-        obs["add_partitions_unknown_id"] = add_partitions(other_coord, unknown, pid, epoch, topic, [0])[1][0]
+        obs["add_partitions_unknown_id"] = add_partitions_to_txn(other_coord, unknown, pid, epoch, topic, [0])[1][0]
         obs["end_txn_unknown_id"] = int(end_txn(other_coord, unknown, pid, epoch, True)[1].error_code)
     return obs
 

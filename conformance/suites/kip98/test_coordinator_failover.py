@@ -22,8 +22,9 @@ from typing import Any
 import pytest
 
 from clients import confluent, wire
+from clients.errors import TXN_SETTLING
+from clients.txn import add_partitions_ok, add_partitions_to_txn, coordinator, end_txn, init_ok, produce_txn_ok
 from conformance.suites import require_api
-from conformance.suites.kip98 import COORDINATOR_RETRIABLE as RETRIABLE
 from conformance.suites.kip98 import idem_batch, require_transactions, wait_stable
 from conformance.suites.kip98.test_fencing import (
     DESCRIBE_TRANSACTIONS,
@@ -31,14 +32,9 @@ from conformance.suites.kip98.test_fencing import (
     LIST_TRANSACTIONS,
     NONE,
     TRANSACTIONAL_ID_NOT_FOUND,
-    add_partitions,
-    add_partitions_ok,
     committed_values,
-    coordinator,
-    end_txn,
-    init_ok,
-    produce_txn_ok,
 )
+from conformance.suites.kip98.test_txn_admin import describe, list_all
 from targets.target import NotSupportedByTarget
 from kio.schema.errors import ErrorCode
 
@@ -89,7 +85,7 @@ def failover_scenario(target, ids) -> dict[str, Any]:
             if code == NONE:
                 break
             obs["seen"].append(code)
-            if code not in RETRIABLE and not isinstance(code, str):
+            if code not in TXN_SETTLING and not isinstance(code, str):
                 obs["decision_before_success"].append(code)
                 break
             if time.monotonic() > deadline:
@@ -158,8 +154,6 @@ def _scan_interval_ms(target) -> int:
 
 
 def expiration_scenario(target, ids, expiration_ms: int, scan_ms: int) -> dict[str, Any]:
-    from conformance.suites.kip98.test_txn_admin import describe, list_all
-
     topic, tid = ids.topic(), ids.transactional_id()
     confluent.create_topic(target, topic)
     obs: dict[str, Any] = {}
@@ -183,7 +177,7 @@ def expiration_scenario(target, ids, expiration_ms: int, scan_ms: int) -> dict[s
         obs["expired_after_s"] = round(time.monotonic() - t_idle, 1)
         obs["described_after"] = d["error"]
         obs["listed_after"] = tid in list_all(cc)["listed"]
-        obs["old_pid_add_partitions"] = add_partitions(coordinator(cc, tid), tid, pid, epoch, topic, [0])[1]
+        obs["old_pid_add_partitions"] = add_partitions_to_txn(coordinator(cc, tid), tid, pid, epoch, topic, [0])[1]
         _, again, _ = init_ok(cc, tid)
         obs["new_init"] = int(again.error_code)
     obs["expiration_ms"] = expiration_ms

@@ -24,13 +24,13 @@ from typing import Any
 import pytest
 
 from clients import wire
+from clients.errors import TXN_SETTLING
+from clients.txn import add_partitions_ok, end_txn, end_txn_ok, init_ok, produce_txn_ok
 from conformance.suites.kip98 import (
-    READ_COMMITTED, create_ready_topic, idem_batch, plain_batch, produce_v11, require_transactions, values, wait_stable,
+    READ_COMMITTED, create_ready_topic, idem_batch, plain_batch, require_transactions, values, wait_stable,
 )
-from conformance.suites.kip98.test_coordinator_failover import RETRIABLE, _coordinator_node
-from conformance.suites.kip98.test_fencing import (
-    NONE, add_partitions_ok, batch_summary, committed_values, end_txn, end_txn_ok, init_ok, produce_txn_ok,
-)
+from conformance.suites.kip98.test_coordinator_failover import _coordinator_node
+from conformance.suites.kip98.test_fencing import NONE, batch_summary, committed_values
 
 SHORT_TIMEOUT_MS = 20_000  # aborted by the coordinator (the rebuilt one, if the crash came first)
 LONG_TIMEOUT_MS = 300_000  # outlives a loaded broker restart (see test_coordinator_failover)
@@ -77,7 +77,7 @@ def _commit_after_restart(target, tid: str, pid: int, epoch: int) -> tuple[int |
                 code: int | str = int(end_txn(node, tid, pid, epoch, True)[1].error_code)
             except (OSError, ConnectionError, EOFError, AssertionError) as exc:
                 code = f"io:{type(exc).__name__}"
-            if code == NONE or (isinstance(code, int) and code not in RETRIABLE) or time.monotonic() > deadline:
+            if code == NONE or (isinstance(code, int) and code not in TXN_SETTLING) or time.monotonic() > deadline:
                 return code, seen
             seen.append(code)
             time.sleep(0.1)
@@ -105,7 +105,7 @@ def open_transactions_crash_scenario(target, unique) -> dict[str, Any]:
     with wire.cluster_client(target) as cc:
         create_ready_topic(target, cc, topic, partitions=len(PARTS))
         for p in PARTS:
-            produce_v11(cc.leader_for(topic, p), topic, p, plain_batch([f"before-p{p}"]))
+            wire.produce(cc.leader_for(topic, p), topic, p, plain_batch([f"before-p{p}"]))
         short_tid, long_tid, node = _same_coordinator_tids(cc, unique)
         long_pid, long_epoch, obs["long"] = _open_txn(cc, long_tid, topic, "long", LONG_TIMEOUT_MS)
         t0 = time.monotonic()  # the short one last: its timeout should run out after the crash
@@ -180,7 +180,7 @@ def aborted_inside_scenario(target, unique) -> dict[str, Any]:
     obs: dict[str, Any] = {}
     with wire.cluster_client(target) as cc:
         create_ready_topic(target, cc, topic)
-        produce_v11(cc.leader_for(topic, 0), topic, 0, plain_batch(["c0", "c1"]))  # offsets 0, 1
+        wire.produce(cc.leader_for(topic, 0), topic, 0, plain_batch(["c0", "c1"]))  # offsets 0, 1
         coord, init, _ = init_ok(cc, tid)
         pid, epoch = int(init.producer_id), int(init.producer_epoch)
         add_partitions_ok(coord, tid, pid, epoch, topic, [0])
@@ -189,7 +189,7 @@ def aborted_inside_scenario(target, unique) -> dict[str, Any]:
                            idem_batch(values(f"aborted-b{b}-", 2), pid, epoch, 2 * b, True))
         end_txn_ok(coord, tid, pid, epoch, False)  # abort marker at 10
         wait_stable(cc.leader_for(topic, 0), topic, 0, at_least=11)
-        produce_v11(cc.leader_for(topic, 0), topic, 0, plain_batch(["c2", "c3"]))  # 11, 12
+        wire.produce(cc.leader_for(topic, 0), topic, 0, plain_batch(["c2", "c3"]))  # 11, 12
         leader = int(next(x.leader_id for x in wire.topic_ids(cc, topic).partitions if x.partition_index == 0))
     target.kill_node(leader)  # NotSupportedByTarget where the target cannot
     target.restart_node(leader)

@@ -27,11 +27,10 @@ import pytest
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from checkers.kafka_queue import EXACTLY_ONCE, check
+from checkers.kafka_queue import EXACTLY_ONCE, check, input_identity
 from checkers.result import compose
 from checkers.history import History
 from checkers.recorder import read_jsonl
-from chaos.workloads.copier import input_identity
 from clients import confluent
 from conformance.suites import require_api, require_feature
 

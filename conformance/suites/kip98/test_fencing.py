@@ -7,140 +7,38 @@ on the request version (KIP-588: PRODUCER_FENCED from EndTxn/AddPartitionsToTxn 
 INVALID_PRODUCER_EPOCH below). Client-level tests use the reference TransactionalProducer
 (TV2 where the cluster finalizes it) and confluent-kafka (TV1).
 
-This module also holds the exact, non-retrying transaction request helpers shared by the
-other modules of this engineer's part of the KIP-98 suite (test_timeouts, test_coordinator_errors,
-test_txn_admin).
+The transaction requests are `clients.txn`'s; this module keeps the partition readers
+(read_partition, committed_values) the other modules of the KIP-98 suite share.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
 from confluent_kafka import KafkaException, Producer
 
 from clients import confluent, wire
-from conformance.suites.kip98 import idem_batch, require_transactions, wait_stable
-from clients.wire import Req, ms
-from reference_impl.client.raw_client import ClusterClient, RawClient
+from clients.txn import (
+    add_offsets_to_txn, add_partitions_ok, add_partitions_to_txn, end_txn, end_txn_ok, init_ok, produce_txn,
+    produce_txn_ok,
+)
+from conformance.suites.kip98 import READ_COMMITTED, idem_batch, require_transactions, wait_stable
+from reference_impl.client.raw_client import ClusterClient
+from reference_impl.client.transactional_producer import TransactionalProducer
+from reference_impl.client.txn_state import ProducerFencedError, TxnError, TxnState
 from reference_impl.protocol import records
 from reference_impl.protocol.api_keys import ApiKey
 from kio.schema.errors import ErrorCode
 
-INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN = ApiKey.INIT_PRODUCER_ID, ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN
 DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = ApiKey.DESCRIBE_TRANSACTIONS, ApiKey.LIST_TRANSACTIONS
 NONE, NOT_COORDINATOR, CONCURRENT_TRANSACTIONS = ErrorCode.none, ErrorCode.not_coordinator, ErrorCode.concurrent_transactions
 INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, INVALID_PRODUCER_ID_MAPPING = ErrorCode.invalid_producer_epoch, ErrorCode.invalid_txn_state, ErrorCode.invalid_producer_id_mapping
 INVALID_TRANSACTION_TIMEOUT, PRODUCER_FENCED, TRANSACTIONAL_ID_NOT_FOUND = ErrorCode.invalid_transaction_timeout, ErrorCode.producer_fenced, ErrorCode.transactional_id_not_found
 FENCING = {INVALID_PRODUCER_EPOCH, PRODUCER_FENCED}
-_SETTLING = {ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available, ErrorCode.not_coordinator}
 
 
 # ----------------------------------------------------------------------------- helpers
-
-
-def coordinator(cc: ClusterClient, tid: str) -> RawClient:
-    return cc.coordinator_for(tid, key_type=1, wait_s=30)
-
-
-def init_pid(node: RawClient, tid: str | None, *, timeout_ms: int = 60_000, pid: int = -1, epoch: int = -1,
-             version: int | None = None) -> Any:
-    """One InitProducerId, exactly as answered (highest common version <= `version`)."""
-    r = Req(node, INIT_PRODUCER_ID, 5 if version is None else version, lowest=0 if version is None else version)
-    return r.send(transactional_id=tid, transaction_timeout=ms(timeout_ms), producer_id=pid, producer_epoch=epoch)
-
-
-def init_ok(cc: ClusterClient, tid: str, *, timeout_ms: int = 60_000, wait_s: float = 30.0) -> tuple[RawClient, Any, list[int]]:
-    """InitProducerId until it succeeds; returns (coordinator, response, the error codes seen
-    before success). Retries CONCURRENT_TRANSACTIONS (fencing an open transaction) and the
-    coordinator's settling answers."""
-    deadline = time.monotonic() + wait_s
-    seen: list[int] = []
-    while True:
-        coord = coordinator(cc, tid)
-        resp = init_pid(coord, tid, timeout_ms=timeout_ms)
-        code = int(resp.error_code)
-        if code == NONE:
-            return coord, resp, seen
-        seen.append(code)
-        if code not in _SETTLING | {CONCURRENT_TRANSACTIONS} or time.monotonic() > deadline:
-            raise AssertionError(f"InitProducerId({tid}) kept failing: {seen}")
-        time.sleep(0.1)
-
-
-def add_partitions(node: RawClient, tid: str, pid: int, epoch: int, topic: str, partitions: list[int],
-                   version: int = 3) -> tuple[int, dict[int, int]]:
-    """One AddPartitionsToTxn in the client form (<= v3): (version used, {partition: error})."""
-    r = Req(node, ADD_PARTITIONS_TO_TXN, min(version, 3))
-    topics = (r.part("AddPartitionsToTxnTopic", name=topic, partitions=tuple(partitions)),)
-    resp = r.send(v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
-                  v3_and_below_topics=topics)
-    results = resp.results_by_topic_v3_and_below
-    return r.version, {int(p.partition_index): int(p.partition_error_code) for t in results for p in t.results_by_partition}
-
-
-def add_partitions_ok(node: RawClient, tid: str, pid: int, epoch: int, topic: str, partitions: list[int], wait_s: float = 20.0) -> None:
-    deadline = time.monotonic() + wait_s
-    while True:
-        _, got = add_partitions(node, tid, pid, epoch, topic, partitions)
-        if set(got.values()) == {NONE}:
-            return
-        if set(got.values()) != {CONCURRENT_TRANSACTIONS} or time.monotonic() > deadline:
-            raise AssertionError(f"AddPartitionsToTxn({tid}) failed: {got}")
-        time.sleep(0.1)
-
-
-def add_offsets(node: RawClient, tid: str, pid: int, epoch: int, group: str, version: int = 4) -> tuple[int, int]:
-    """One AddOffsetsToTxn at the highest common version <= `version`: (version used, error)."""
-    r = Req(node, ADD_OFFSETS_TO_TXN, version)
-    resp = r.send(transactional_id=tid, producer_id=pid, producer_epoch=epoch, group_id=group)
-    return r.version, int(resp.error_code)
-
-
-def end_txn(node: RawClient, tid: str, pid: int, epoch: int, committed: bool, version: int = 4) -> tuple[int, Any]:
-    """One EndTxn at the highest common version <= `version`: (version used, response)."""
-    r = Req(node, END_TXN, version)
-    return r.version, r.send(transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=committed)
-
-
-def end_txn_ok(node: RawClient, tid: str, pid: int, epoch: int, committed: bool, version: int = 4, wait_s: float = 20.0) -> Any:
-    deadline = time.monotonic() + wait_s
-    while True:
-        _, resp = end_txn(node, tid, pid, epoch, committed, version)
-        if int(resp.error_code) == NONE:
-            return resp
-        if int(resp.error_code) != CONCURRENT_TRANSACTIONS or time.monotonic() > deadline:
-            raise AssertionError(f"EndTxn({tid}, committed={committed}) failed: {int(resp.error_code)}")
-        time.sleep(0.1)
-
-
-def produce_txn(client: RawClient, tid: str, topic: str, partition: int, batch: bytes, *, highest: int = 11, lowest: int = 3) -> tuple[int, Any]:
-    """One transactional Produce at the highest common version in [lowest, highest]: (version, partition response)."""
-    r = Req(client, 0, highest, lowest=lowest)
-    resp = r.send(
-        transactional_id=tid, acks=-1, timeout=ms(30_000),
-        topic_data=(r.part("TopicProduceData", name=topic,
-                           partition_data=(r.part("PartitionProduceData", index=partition, records=batch),)),),
-    )
-    return r.version, resp.responses[0].partition_responses[0]
-
-
-# Retriable Produce answers: NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS(_AFTER_APPEND),
-# CONCURRENT_TRANSACTIONS. Kafka 3.6+ answers them while the partition leader's own
-# AddPartitionsToTxn (verification, or the TV2 implicit add) cannot reach the coordinator yet.
-RETRIABLE_PRODUCE = {6, 19, 20, 51}
-
-
-def produce_txn_ok(client: RawClient, tid: str, topic: str, partition: int, batch: bytes, *, highest: int = 11,
-                   lowest: int = 3, wait_s: float = 20.0) -> tuple[int, Any]:
-    """produce_txn, retrying the same batch (same sequence: idempotent) on retriable answers."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        v, resp = produce_txn(client, tid, topic, partition, batch, highest=highest, lowest=lowest)
-        if int(resp.error_code) not in RETRIABLE_PRODUCE or time.monotonic() > deadline:
-            return v, resp
-        time.sleep(0.2)
 
 
 def batch_summary(data: bytes | None) -> list[dict[str, Any]]:
@@ -195,8 +93,6 @@ def read_partition(cc: ClusterClient, topic: str, partition: int, isolation_leve
 def committed_values(cc: ClusterClient, topic: str, partition: int = 0) -> list[str]:
     """What a read_committed reader keeps (Java consumer's algorithm): data below the LSO,
     minus the batches of aborted transactions the Fetch response lists."""
-    from conformance.suites.kip98 import READ_COMMITTED
-
     leader = cc.leader_for(topic, partition)
     kept: list[str] = []
     pending: list[tuple[int, int]] = []  # (first_offset, producer_id) not reached yet
@@ -228,12 +124,6 @@ def committed_values(cc: ClusterClient, topic: str, partition: int = 0) -> list[
     return kept
 
 
-def transactional_producer_cls():
-    from reference_impl.client.transactional_producer import TransactionalProducer
-
-    return TransactionalProducer
-
-
 # ----------------------------------------------------------------------------- raw fencing
 
 
@@ -259,17 +149,17 @@ def zombie_fencing_scenario(target, ids) -> dict[str, Any]:
         stable = wait_stable(leader, topic, 0, at_least=3)
         obs["stable_after_fence"] = stable[0] == stable[1]
         # The zombie, still with its old epoch.
-        v, got = add_partitions(coord, tid, pid, a_epoch, topic, [0])
+        v, got = add_partitions_to_txn(coord, tid, pid, a_epoch, topic, [0])
         obs["zombie_add_partitions"] = {"version": v, "error": got[0]}
-        v, got = add_partitions(coord, tid, pid, a_epoch, topic, [0], version=1)
+        v, got = add_partitions_to_txn(coord, tid, pid, a_epoch, topic, [0], highest=1)
         obs["zombie_add_partitions_v1"] = {"version": v, "error": got[0]}
-        v, err = add_offsets(coord, tid, pid, a_epoch, ids.group())
-        obs["zombie_add_offsets"] = {"version": v, "error": err}
-        v, err = add_offsets(coord, tid, pid, a_epoch, ids.group(), version=1)
-        obs["zombie_add_offsets_v1"] = {"version": v, "error": err}
+        v, resp = add_offsets_to_txn(coord, tid, pid, a_epoch, ids.group())
+        obs["zombie_add_offsets"] = {"version": v, "error": int(resp.error_code)}
+        v, resp = add_offsets_to_txn(coord, tid, pid, a_epoch, ids.group(), highest=1)
+        obs["zombie_add_offsets_v1"] = {"version": v, "error": int(resp.error_code)}
         v, resp = end_txn(coord, tid, pid, a_epoch, True)
         obs["zombie_commit"] = {"version": v, "error": int(resp.error_code)}
-        v, resp = end_txn(coord, tid, pid, a_epoch, True, version=1)
+        v, resp = end_txn(coord, tid, pid, a_epoch, True, highest=1)
         obs["zombie_commit_v1"] = {"version": v, "error": int(resp.error_code)}
         # The new instance works: one committed transaction.
         add_partitions_ok(coord, tid, b_pid, b_epoch, topic, [0])
@@ -317,9 +207,6 @@ def test_new_instance_fences_zombie_and_aborts_its_transaction(differential, cap
 @pytest.mark.requirement("KIP-98.FENCE.001", "KIP-98.FENCE.004", "KIP-98.TXN.005")
 def test_reference_client_zombie_is_fatally_fenced(target, capabilities, unique):
     require_transactions(capabilities)
-    from reference_impl.client.txn_state import ProducerFencedError, TxnError, TxnState
-
-    TransactionalProducer = transactional_producer_cls()
     topic, tid = unique.topic(), unique.transactional_id()
     confluent.create_topic(target, topic)
     zombie = TransactionalProducer(target.bootstrap_servers, tid, transaction_timeout_ms=60_000, security=target.raw_security())

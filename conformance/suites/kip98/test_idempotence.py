@@ -8,13 +8,13 @@ import contextlib
 
 import pytest
 from clients import confluent, wire
+from clients.txn import init_producer_id_settled
 from conformance.suites import require_api
 from conformance.suites.kip98 import (
     INIT_PRODUCER_ID,
     create_ready_topic,
     fetch_all,
     idem_batch,
-    init_producer_id,
     log_end,
     plain_batch,
     values,
@@ -28,7 +28,7 @@ def _require_init_producer_id(target) -> None:
 
 def _new_pid(cc) -> tuple[int, int, int]:
     """(error, producer id, epoch) of a non-transactional InitProducerId."""
-    _, resp = init_producer_id(cc, None)
+    _, resp = init_producer_id_settled(cc, None)
     return int(resp.error_code), int(resp.producer_id), int(resp.producer_epoch)
 
 

@@ -21,6 +21,7 @@ from confluent_kafka import Producer
 from kio.schema.errors import ErrorCode
 
 from clients import confluent, wire
+from clients.txn import init_producer_id_settled
 from conformance.suites.kip98 import (
     INIT_PRODUCER_ID,
     LATEST,
@@ -28,7 +29,6 @@ from conformance.suites.kip98 import (
     create_ready_topic,
     fetch_all,
     idem_batch,
-    init_producer_id,
 )
 from conformance.suites import require_api
 from reference_impl.protocol import records
@@ -162,7 +162,7 @@ def retried_stream_scenario(target, ids) -> dict[str, Any]:
     topic = ids.topic()
     with wire.cluster_client(target) as cc:
         create_ready_topic(target, cc, topic)
-        _, resp = init_producer_id(cc, None)
+        _, resp = init_producer_id_settled(cc, None)
         pid, epoch = int(resp.producer_id), int(resp.producer_epoch)
         leader = cc.leader_for(topic, 0)
         batches = [idem_batch([f"v{2 * i}", f"v{2 * i + 1}"], pid, epoch, 2 * i) for i in range(6)]

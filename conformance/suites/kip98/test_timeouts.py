@@ -14,23 +14,20 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 
 from clients import confluent, wire
+from clients.txn import add_partitions_ok, end_txn_settled, init_ok, produce_txn_ok
 from conformance.suites import require_api, require_feature
 from conformance.suites.kip98 import idem_batch, require_transactions, wait_stable
 from conformance.suites.kip98.test_fencing import (
-    CONCURRENT_TRANSACTIONS,
     FENCING,
     INVALID_PRODUCER_EPOCH,
     INVALID_TXN_STATE,
     NONE,
     PRODUCER_FENCED,
-    add_partitions_ok,
     committed_values,
-    end_txn,
-    init_ok,
-    produce_txn_ok,
     read_partition,
-    transactional_producer_cls,
 )
+from reference_impl.client.transactional_producer import TransactionalProducer
+from reference_impl.client.txn_state import TxnError, TxnState
 
 TXN_TIMEOUT_MS = 1500
 # Upper bound for the abort: timeout + the abort scan interval (the reference's default,
@@ -47,19 +44,6 @@ def wait_for_abort_marker(cc, topic: str, partition: int, producer_id: int, dead
             return time.monotonic() - t0
         time.sleep(0.1)
     return None
-
-
-def late_end_txn(coord, tid: str, pid: int, epoch: int, version: int, wait_s: float = 15.0) -> tuple[int, Any]:
-    """The stalled producer's EndTxn(commit), retried while CONCURRENT_TRANSACTIONS, as a
-    client retries it: the coordinator answers that until the timeout abort's CompleteAbort
-    is written, which on 3 brokers can outlast the ABORT marker's appearance in the
-    partition (seen on testcontainers:nodes=3)."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        version, end = end_txn(coord, tid, pid, epoch, True, version=version)
-        if end.error_code != CONCURRENT_TRANSACTIONS or time.monotonic() > deadline:
-            return version, end
-        time.sleep(0.2)
 
 
 def timeout_abort_scenario(target, ids, tv2: bool) -> dict[str, Any]:
@@ -84,8 +68,11 @@ def timeout_abort_scenario(target, ids, tv2: bool) -> dict[str, Any]:
         hw, lso = wait_stable(leader, topic, 0)
         obs["stable"] = hw == lso
         obs["committed_values"] = committed_values(cc, topic, 0)
-        # The stalled producer wakes up and tries to commit with its old epoch.
-        version, end = late_end_txn(coord, tid, pid, epoch, version=5 if tv2 else 4)
+        # The stalled producer wakes up and tries to commit with its old epoch, retrying
+        # CONCURRENT_TRANSACTIONS as a client does: the coordinator answers that until the
+        # timeout abort's CompleteAbort is written, which on 3 brokers can outlast the ABORT
+        # marker's appearance in the partition (seen on testcontainers:nodes=3).
+        version, end = end_txn_settled(coord, tid, pid, epoch, True, highest=5 if tv2 else 4, wait_s=15.0, every_s=0.2)
         obs["late_commit"] = {"version": version, "error": int(end.error_code)}
         after = read_partition(cc, topic, 0, 1)
         obs["committed_after_late_commit"] = committed_values(cc, topic, 0)
@@ -139,9 +126,6 @@ def test_stalled_tv2_transaction_aborted_by_coordinator(differential, capabiliti
 @pytest.mark.requirement("KIP-98.TIMEOUT.001", "KIP-98.CONFIG.007")
 def test_reference_client_commit_after_timeout_abort_fails(target, capabilities, unique):
     require_transactions(capabilities)
-    from reference_impl.client.txn_state import TxnError, TxnState
-
-    TransactionalProducer = transactional_producer_cls()
     topic, tid = unique.topic(), unique.transactional_id()
     confluent.create_topic(target, topic)
     producer = TransactionalProducer(target.bootstrap_servers, tid, transaction_timeout_ms=TXN_TIMEOUT_MS, security=target.raw_security())

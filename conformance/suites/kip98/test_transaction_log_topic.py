@@ -18,9 +18,9 @@ import pytest
 from confluent_kafka.admin import ConfigResource, ConfigSource, ResourceType
 
 from clients import confluent, wire
+from clients.txn import init_ok
 from conformance.suites import require_api
 from conformance.suites.kip98 import require_transactions
-from conformance.suites.kip98.test_fencing import init_ok
 from targets.target import NotSupportedByTarget
 from reference_impl.protocol.api_keys import ApiKey
 

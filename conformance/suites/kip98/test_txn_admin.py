@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from clients import confluent, wire
+from clients.txn import add_partitions_ok, coordinator, end_txn_ok, init_ok, init_producer_id, produce_txn_ok
 from conformance.suites import require_api
 from conformance.suites.kip98 import idem_batch, require_transactions, wait_stable
 from conformance.suites.kip98.test_fencing import (
@@ -25,14 +26,10 @@ from conformance.suites.kip98.test_fencing import (
     NONE,
     NOT_COORDINATOR,
     TRANSACTIONAL_ID_NOT_FOUND,
-    add_partitions_ok,
-    coordinator,
-    end_txn_ok,
-    init_ok,
-    init_pid,
-    produce_txn_ok,
 )
 from clients.wire import Req
+from reference_impl.protocol import framing, payloads
+from reference_impl.protocol.framing import decode_tolerant_response
 
 FINAL_STATES = {"CompleteCommit", "CompleteAbort"}
 
@@ -41,9 +38,6 @@ def describe(node, tid: str) -> dict[str, Any]:
     """DescribeTransactions v0 for one id, read with the generated tolerant class
     (schemas.tolerant_response): kio refuses the start time -1 that Kafka answers for a
     transaction that has not started."""
-    from reference_impl.protocol import framing, payloads
-    from reference_impl.protocol.schemas import decode_tolerant_response
-
     Req(node, DESCRIBE_TRANSACTIONS, 0)  # NotSupportedByTarget unless v0 is spoken
     payload = payloads.build(framing.request_schema(DESCRIBE_TRANSACTIONS, 0), transactional_ids=(tid,))
     frame = node.send_frame(framing.encode_request(payload, 7, node.client_id))
@@ -118,7 +112,7 @@ def lifecycle_scenario(target, ids) -> dict[str, Any]:
         obs["after_abort"], obs["states_after_abort"] = d, seen
         # Fencing an open transaction: the coordinator aborts it itself.
         add_partitions_ok(coord, tid, pid, epoch, topic, [0])
-        fence = int(init_pid(coord, tid).error_code)
+        fence = int(init_producer_id(coord, tid)[1].error_code)
         d, seen = wait_described(coord, tid, FINAL_STATES | {"Empty"})
         obs["fence_first_answer"] = fence
         obs["states_after_fence"] = seen

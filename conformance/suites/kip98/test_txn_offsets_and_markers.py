@@ -17,15 +17,10 @@ from typing import Any
 import pytest
 
 from clients import confluent, wire
+from clients.txn import add_partitions_ok, end_txn_ok, init_ok, produce_txn_ok
 from conformance.suites import require_api
 from conformance.suites.kip98 import create_ready_topic, fetch_all, idem_batch, require_transactions
-from conformance.suites.kip98.test_fencing import (
-    DESCRIBE_TRANSACTIONS,
-    add_partitions_ok,
-    end_txn_ok,
-    init_ok,
-    produce_txn_ok,
-)
+from conformance.suites.kip98.test_fencing import DESCRIBE_TRANSACTIONS
 from conformance.suites.kip98.test_txn_admin import describe
 from conformance.suites.kip447 import UNSTABLE_OFFSET_COMMIT, RawTxn, commit, group_coordinator, offset_fetch
 from targets.target import NotSupportedByTarget
@@ -132,7 +127,7 @@ def markers_everywhere_scenario(target, ids) -> dict[str, Any]:
                        for p in (0, 1)]
             if decision:
                 txn = RawTxn(cc, tid)
-                txn.producer_id, txn.producer_epoch = pid, epoch
+                txn.pid, txn.epoch = pid, epoch
                 add_offsets = txn.add_offsets(group)
                 described = describe(coord, tid)["topics"]
                 _, staged = txn.txn_offset_commit(group, topic, {0: 1})

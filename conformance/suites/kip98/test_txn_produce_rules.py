@@ -18,22 +18,16 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from clients import wire
+from clients.txn import add_partitions_ok, end_txn_ok, init_ok, init_producer_id_settled, produce_txn_ok
 from conformance.suites.kip98 import (
     READ_COMMITTED,
     create_ready_topic,
     idem_batch,
-    init_producer_id,
     log_end,
     require_transactions,
     wait_stable,
 )
-from conformance.suites.kip98.test_fencing import (
-    add_partitions_ok,
-    committed_values,
-    end_txn_ok,
-    init_ok,
-    produce_txn_ok,
-)
+from conformance.suites.kip98.test_fencing import committed_values
 
 
 # INVALID_TXN_STATE, or TRANSACTION_ABORTABLE to Produce versions that know it (KIP-890:
@@ -96,7 +90,7 @@ def transactional_id_field_scenario(target, ids) -> dict[str, Any]:
         end_no_id = log_end(leader, topic, 0)
         _, with_id = produce_txn_ok(leader, tid, topic, 0, batch)
         end_txn_ok(coord, tid, pid, epoch, committed=True)
-        _, idem = init_producer_id(cc, None)
+        _, idem = init_producer_id_settled(cc, None)
         _, plain = produce_txn_ok(leader, None, topic, 0, idem_batch(["i0"], int(idem.producer_id),
                                                                    int(idem.producer_epoch), 0))
         wait_stable(leader, topic, 0, at_least=3)

@@ -19,20 +19,17 @@ from confluent_kafka import KafkaException, Producer as CKProducer
 from confluent_kafka import TopicPartition
 
 from clients import confluent, wire
+from clients.txn import add_partitions_settled, end_txn_settled, init_producer_id_settled
 from conformance.suites import require_feature
 from conformance.suites.kip98 import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
-    add_partitions_to_txn,
     batch_summary,
     create_ready_topic,
-    end_txn,
     fetch_all,
     idem_batch,
-    init_producer_id,
     log_end,
     plain_batch,
-    produce_v11,
     require_transactions,
     wait_stable,
 )
@@ -80,12 +77,12 @@ def wire_history_scenario(target, ids):
     with wire.cluster_client(target) as cc:
         create_ready_topic(target, cc, topic)
         leader = cc.leader_for(topic, 0)
-        coord, init = init_producer_id(cc, tid)
+        coord, init = init_producer_id_settled(cc, tid)
         assert int(init.error_code) == 0, f"InitProducerId({tid}) failed: {int(init.error_code)}"
         pid, epoch = int(init.producer_id), int(init.producer_epoch)
         obs["produce"] = [int(wire.produce(leader, topic, 0, plain_batch(["n0", "n1"])).error_code)]
-        obs["add1"] = add_partitions_to_txn(coord, tid, pid, epoch, topic, [0])
-        t1 = produce_v11(leader, topic, 0, idem_batch(["t2", "t3", "t4"], pid, epoch, 0, transactional=True), tid)
+        _, obs["add1"] = add_partitions_settled(coord, tid, pid, epoch, topic, [0])
+        t1 = wire.produce(leader, topic, 0, idem_batch(["t2", "t3", "t4"], pid, epoch, 0, transactional=True), transactional_id=tid)
         obs["produce"].append(int(t1.error_code))
         obs["produce"].append(int(wire.produce(leader, topic, 0, plain_batch(["n5", "n6"])).error_code))
 
@@ -100,7 +97,7 @@ def wire_history_scenario(target, ids):
             "fetch_ru_offsets": [o for o, _ in _visible(ru["records"], READ_UNCOMMITTED, [])],
         }
 
-        obs["abort"] = end_txn(coord, tid, pid, epoch, committed=False)
+        obs["abort"] = int(end_txn_settled(coord, tid, pid, epoch, False)[1].error_code)
         hw, lso = wait_stable(leader, topic, at_least=8)
         rc = fetch_all(cc, leader, topic, 0, READ_COMMITTED)
         ru = fetch_all(cc, leader, topic, 0, READ_UNCOMMITTED)
@@ -115,8 +112,8 @@ def wire_history_scenario(target, ids):
         }
 
         # The next transaction of the same producer (TV1: same epoch, sequences continue).
-        obs["add2"] = add_partitions_to_txn(coord, tid, pid, epoch, topic, [0])
-        t2 = produce_v11(leader, topic, 0, idem_batch(["c8", "c9"], pid, epoch, 3, transactional=True), tid)
+        _, obs["add2"] = add_partitions_settled(coord, tid, pid, epoch, topic, [0])
+        t2 = wire.produce(leader, topic, 0, idem_batch(["c8", "c9"], pid, epoch, 3, transactional=True), transactional_id=tid)
         obs["produce"].append(int(t2.error_code))
         obs["produce"].append(int(wire.produce(leader, topic, 0, plain_batch(["n10"])).error_code))
         obs["open2"] = {
@@ -124,7 +121,7 @@ def wire_history_scenario(target, ids):
             "list_offsets_rc": log_end(leader, topic, 0, READ_COMMITTED),
             "visible_rc": _visible(fetch_all(cc, leader, topic, 0, READ_COMMITTED)["records"], READ_COMMITTED, rc["aborted"]),
         }
-        obs["commit"] = end_txn(coord, tid, pid, epoch, committed=True)
+        obs["commit"] = int(end_txn_settled(coord, tid, pid, epoch, True)[1].error_code)
         hw, lso = wait_stable(leader, topic, at_least=12)
         rc = fetch_all(cc, leader, topic, 0, READ_COMMITTED)
         ru = fetch_all(cc, leader, topic, 0, READ_UNCOMMITTED)

@@ -18,8 +18,9 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from clients import wire
+from clients.txn import init_producer_id_settled
 from conformance.suites import require_api
-from conformance.suites.kip98 import INIT_PRODUCER_ID, create_ready_topic, init_producer_id, log_end
+from conformance.suites.kip98 import INIT_PRODUCER_ID, create_ready_topic, fetch_all, log_end
 from conformance.suites.kip98.test_fencing import batch_summary
 from clients.wire import Req
 from reference_impl.protocol.api_keys import ApiKey
@@ -53,14 +54,13 @@ def _require_markers(target) -> None:
 
 
 def _new_pid(cc) -> tuple[int, int]:
-    _, resp = init_producer_id(cc, None)
+    _, resp = init_producer_id_settled(cc, None)
     assert int(resp.error_code) == 0, f"InitProducerId answered {int(resp.error_code)}"
     return int(resp.producer_id), int(resp.producer_epoch)
 
 
 def _markers_of(cc, topic: str, partition: int, pids: dict[int, str]) -> list[list[Any]]:
     """[(producer label, marker type)] of the control batches of the given producers, in log order."""
-    from conformance.suites.kip98 import fetch_all
 
     data = fetch_all(cc, cc.leader_for(topic, partition), topic, partition)["records"]
     return [[pids[b["producer_id"]], b["marker"]] for b in batch_summary(data)

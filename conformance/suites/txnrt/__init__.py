@@ -9,7 +9,7 @@ reports "not supported by target" with that reason, read from ApiVersions' suppo
 finalized features. On the reference, which supports the level but finalizes 0 (Kafka's
 behaviour), the fixture raises it with UpdateFeatures for the test and lowers it afterwards.
 
-Wire helpers: a transaction protocol v1 producer on the raw client (AddPartitionsToTxn <= v3,
+Wire helpers: a transaction protocol v1 producer on clients.txn (AddPartitionsToTxn <= v3,
 the client form the draft talks about; EndTxn <= v4 keeps the producer epoch).
 """
 
@@ -17,21 +17,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from kio.schema.errors import ErrorCode as E
 
-from conformance.suites.kip1289 import features, update_features, wait_for  # noqa: F401 - re-exported
-from conformance.suites.kip98 import (
-    ADD_PARTITIONS_TO_TXN, READ_COMMITTED, end_txn, idem_batch, init_producer_id, produce_v11,
-)
-from clients.wire import Req, list_offset
-from reference_impl.client.raw_client import ClusterClient, RawClient
-from reference_impl.protocol.api_keys import ApiKey
+from clients.txn import TxnSession, add_partitions_to_txn, end_txn, end_txn_settled
+from clients.wire import list_offset, produce
+from conformance.suites.kip1289 import features
+from conformance.suites.kip98 import READ_COMMITTED, idem_batch
+from reference_impl.client.raw_client import RawClient
 
 FEATURE = "transaction.roundtrip.version"
 BLOCKING = 1
-DESCRIBE_TRANSACTIONS = ApiKey.DESCRIBE_TRANSACTIONS
 LATEST = -1
 
 
@@ -48,55 +44,38 @@ def missing_capability(node: RawClient) -> str | None:
 
 
 @dataclass
-class Tv1Txn:
-    """One transactional id driven on the wire with transaction protocol v1."""
+class Tv1Txn(TxnSession):
+    """One transactional id driven on the wire with transaction protocol v1 (clients.txn)."""
 
-    cc: ClusterClient
-    tid: str
     topic: str
-    pid: int = -1
-    epoch: int = -1
     seqs: dict[int, int] = field(default_factory=dict)
 
-    def coordinator(self) -> RawClient:
-        return self.cc.coordinator_for(self.tid, key_type=1, wait_s=30)
-
     def init(self) -> "Tv1Txn":
-        _, resp = init_producer_id(self.cc, self.tid)
+        resp = self.init_producer_id()
         assert resp.error_code == E.none, resp
-        self.pid, self.epoch, self.seqs = int(resp.producer_id), int(resp.producer_epoch), {}
+        self.seqs = {}
         return self
 
     def add(self, partitions: list[int], version: int = 3) -> tuple[dict[int, int], float]:
         """One AddPartitionsToTxn, never retried: ({partition: error}, seconds it took)."""
-        r = Req(self.coordinator(), ADD_PARTITIONS_TO_TXN, version)
-        topics = (r.part("AddPartitionsToTxnTopic", name=self.topic, partitions=tuple(partitions)),)
+        node = self.coordinator()
         started = time.monotonic()
-        resp = r.send(
-            v3_and_below_transactional_id=self.tid, v3_and_below_producer_id=self.pid,
-            v3_and_below_producer_epoch=self.epoch, v3_and_below_topics=topics,
-        )
-        elapsed = time.monotonic() - started
-        results = resp.results_by_topic_v3_and_below
-        return {int(p.partition_index): int(p.partition_error_code) for t in results for p in t.results_by_partition}, elapsed
+        _, codes = add_partitions_to_txn(node, self.tid, self.pid, self.epoch, self.topic, partitions, highest=version)
+        return codes, time.monotonic() - started
 
     def produce(self, partition: int, value: str) -> None:
         seq = self.seqs.get(partition, 0)
         batch = idem_batch([value], self.pid, self.epoch, seq, transactional=True)
-        resp = produce_v11(self.cc.leader_for(self.topic, partition), self.topic, partition, batch, self.tid)
+        resp = produce(self.cc.leader_for(self.topic, partition), self.topic, partition, batch, transactional_id=self.tid)
         assert int(resp.error_code) == E.none, resp
         self.seqs[partition] = seq + 1
 
     def end(self, committed: bool, version: int = 3) -> int:
+        """EndTxn: by default as the suite's other TV1 transactions end (<= v4, retried while
+        CONCURRENT_TRANSACTIONS); at an explicit `version` one request at that version or below."""
         if version == 3:
-            return end_txn(self.coordinator(), self.tid, self.pid, self.epoch, committed)
-        r = Req(self.coordinator(), 26, version)
-        return int(r.send(transactional_id=self.tid, producer_id=self.pid, producer_epoch=self.epoch,
-                          committed=committed).error_code)
-
-    def describe(self) -> Any:
-        resp = self.coordinator().request(DESCRIBE_TRANSACTIONS, 0, transactional_ids=(self.tid,))
-        return resp.transaction_states[0]
+            return int(end_txn_settled(self.coordinator(), self.tid, self.pid, self.epoch, committed)[1].error_code)
+        return int(end_txn(self.coordinator(), self.tid, self.pid, self.epoch, committed, highest=version)[1].error_code)
 
     def described_partitions(self) -> set[tuple[str, int]]:
         return {(t.topic, int(p)) for t in self.describe().topics for p in t.partitions}

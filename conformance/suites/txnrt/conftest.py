@@ -12,9 +12,9 @@ from kio.schema.errors import ErrorCode as E
 
 from clients import wire
 from conformance.capability_gate import require_capability
-from conformance.suites.kip1289 import SAFE_DOWNGRADE, UPGRADE
+from conformance.suites.kip1289 import SAFE_DOWNGRADE, UPGRADE, features, update_features
 from conformance.suites.kip98 import create_ready_topic
-from conformance.suites.txnrt import BLOCKING, FEATURE, Tv1Txn, features, missing_capability, update_features
+from conformance.suites.txnrt import BLOCKING, FEATURE, Tv1Txn, missing_capability
 from targets.target import NotSupportedByTarget
 from reference_impl.client.raw_client import ClusterClient
 

@@ -14,7 +14,7 @@ import pytest
 from kio.schema.errors import ErrorCode as E
 
 from conformance.suites.kip98 import ADD_PARTITIONS_TO_TXN
-from conformance.suites.txnrt import wait_for
+from conformance.suites.kip1289 import wait_for
 
 DELAY_MS = 2_000
 SLACK_S = 0.1  # broker and test share the machine's clock; ms rounding only

@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode as E
 
 from clients import wire
 from conformance.suites.kip98.test_fencing import committed_values
-from conformance.suites.txnrt import wait_for
+from conformance.suites.kip1289 import wait_for
 from reference_impl.client.transactional_producer import (
     IllegalTxnStateError, ProducerFencedError, TransactionalProducer,
 )

@@ -8,7 +8,7 @@ import pytest
 from kio.schema.errors import ErrorCode as E
 
 from conformance.suites.kip98.test_fencing import committed_values
-from conformance.suites.txnrt import wait_for
+from conformance.suites.kip1289 import wait_for
 from reference_impl.protocol.api_keys import ApiKey
 
 END_TXN, TV1_MAX_END_TXN = ApiKey.END_TXN, 4
