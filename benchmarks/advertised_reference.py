@@ -15,6 +15,8 @@ import signal
 import sys
 import threading
 
+from targets.factory import create_target
+
 READY = "bootstrap="
 
 
@@ -23,8 +25,6 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 1 or not argv[0].isdigit():
         print("usage: python -m benchmarks.advertised_reference PORT", file=sys.stderr)
         return 2
-    from targets.factory import create_target
-
     target = create_target("reference")
     target.advertise_client_ports({n: int(argv[0]) for n in target.node_ids})
     stop = threading.Event()

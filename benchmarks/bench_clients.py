@@ -6,6 +6,7 @@ the workloads are confluent-kafka clients timed from the first request to the la
 
 from __future__ import annotations
 
+import datetime
 import os
 import signal
 import subprocess
@@ -14,6 +15,13 @@ import threading
 import time
 import uuid
 from typing import Any, Callable
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
+
+from reference_impl.client.raw_client import RawClient
+from reference_impl.protocol import framing, payloads, records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -66,8 +74,6 @@ def start_target(spec: str) -> tuple[Background, str]:
 
 
 def create_topic(bootstrap: str, partitions: int = 1) -> str:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
     name = f"bench-{uuid.uuid4().hex[:10]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the future
     admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
@@ -75,8 +81,6 @@ def create_topic(bootstrap: str, partitions: int = 1) -> str:
 
 
 def produce_run(bootstrap: str, topic: str, n: int, value: bytes) -> float:
-    from confluent_kafka import Producer
-
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
                   "queue.buffering.max.messages": max(n, 100000), "queue.buffering.max.kbytes": 1 << 21})
     p.produce(topic, b"warm-up")  # connections and metadata outside the measurement
@@ -100,8 +104,6 @@ def produce_run(bootstrap: str, topic: str, n: int, value: bytes) -> float:
 
 
 def consume_run(bootstrap: str, topic: str, n: int) -> float:
-    from confluent_kafka import Consumer, TopicPartition
-
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{os.getpid()}-{time.monotonic_ns()}",
                   "enable.auto.commit": False, "fetch.wait.max.ms": 100})
     try:
@@ -121,16 +123,12 @@ def consume_run(bootstrap: str, topic: str, n: int) -> float:
 
 def api_versions_run(bootstrap: str, m: int) -> list[float]:
     """Milliseconds per ApiVersions v3 round trip, one in flight, on one connection."""
-    from reference_impl.client.raw_client import RawClient
-
     return _round_trips(bootstrap, m, RawClient.api_versions)
 
 
 def _round_trips(bootstrap: str, m: int, send: Callable[[Any], Any], warm_up: int = 20) -> list[float]:
     """Milliseconds of `m` calls of send(raw), one in flight, on one RawClient connection
     to the first bootstrap broker, after `warm_up` untimed ones."""
-    from reference_impl.client.raw_client import RawClient
-
     host, _, port = bootstrap.split(",")[0].rpartition(":")
     out: list[float] = []
     with RawClient(host, int(port)) as raw:
@@ -149,13 +147,6 @@ def raw_produce_run(bootstrap: str, topic: str, m: int, value_bytes: int = 100) 
     leads the partition on a one-broker target. The Produce a relay forwards, without a
     client library's threads and metadata: its row through the bare relay and through the
     proxy say what the proxy adds to a Produce beyond the relay hop."""
-    import datetime
-
-    from kio.schema.errors import ErrorCode
-
-    from reference_impl.protocol import framing, payloads
-    from reference_impl.protocol import records
-
     schema = framing.request_schema(0, 9)
 
     def part(class_name: str, /, **fields: object) -> object:
@@ -179,8 +170,6 @@ def produce_ack_run(bootstrap: str, topic: str, m: int, acks: int | str = 1) -> 
     application waits in poll() (librdkafka returns as soon as the report is served): a
     loop of 0.2 ms polls, used before 2026-11-29, kept most of a core busy on its own, and
     on two cores the proxy's hand-off then waited for CPU (docs/replay.md)."""
-    from confluent_kafka import Producer
-
     p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 0})
     for _ in range(5):
         p.produce(topic, b"w")

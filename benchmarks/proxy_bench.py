@@ -52,8 +52,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
+import pyarrow.parquet as pq
+
 from benchmarks.bench_clients import (aligned, cell, Background, api_versions_run, consume_run, create_topic, percentile,
                                       produce_ack_run, produce_run, raw_produce_run, start_target)
+from benchmarks import advertised_reference, bare_relay
 
 THROUGHPUT_TARGET = 0.9
 ADDED_P50_TARGET_MS = 0.3
@@ -220,24 +223,21 @@ def start_proxy(upstream: str, trace_dir: str) -> tuple[Background, str]:
 
 
 def start_relay(upstream: str, listen: int = 0) -> tuple[Background, str]:
-    from benchmarks.bare_relay import READY
-
     argv = [sys.executable, "-m", "benchmarks.bare_relay", upstream.split(",")[0], "--listen", str(listen)]
-    bg = Background(argv, READY, 60)
-    return bg, bg.line.split(READY, 1)[1].strip()
+    bg = Background(argv, bare_relay.READY, 60)
+    return bg, bg.line.split(bare_relay.READY, 1)[1].strip()
 
 
 def start_advertised_relay() -> tuple[list[Background], str]:
     """A reference broker advertising a bare relay's port, and the relay in front of it:
     the relay's address, which a client library cannot go around."""
-    from benchmarks.advertised_reference import READY
-
     with socket.socket() as s:  # a free port for the relay, known before the broker starts
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    broker = Background([sys.executable, "-m", "benchmarks.advertised_reference", str(port)], READY, 120)
+    broker = Background([sys.executable, "-m", "benchmarks.advertised_reference", str(port)],
+                        advertised_reference.READY, 120)
     try:
-        relay, address = start_relay(broker.line.split(READY, 1)[1], listen=port)
+        relay, address = start_relay(broker.line.split(advertised_reference.READY, 1)[1], listen=port)
     except Exception:
         broker.stop()
         raise
@@ -247,8 +247,6 @@ def start_advertised_relay() -> tuple[list[Background], str]:
 def trace_counts(trace_dir: str) -> str:
     """Exchange rows and exchanges lost to gaps in the recorded trace (a proxy that keeps
     pace by dropping rows would not be cheap, only incomplete)."""
-    import pyarrow.parquet as pq
-
     files = [os.path.join(trace_dir, f) for f in os.listdir(trace_dir) if f.endswith(".parquet")]
     if not files:
         return "no trace segment"

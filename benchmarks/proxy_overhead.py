@@ -27,6 +27,7 @@ proxy competes with the broker and the clients for CPU, which a real deployment 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import platform
@@ -39,9 +40,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import confluent_kafka
+
 from benchmarks.proxy_bench import ADDED_P50_TARGET_MS, THROUGHPUT_TARGET
 from benchmarks.bench_clients import (aligned, cell, Background, consume_run, create_topic, percentile, produce_ack_run,
                                       produce_run, start_target)
+from replay.proxy import CaptureProxy, ProcessTraceSink
 
 VALUE = b"x" * 100
 
@@ -110,10 +114,6 @@ def start_proxy(upstream: str, trace_dir: str, writer: str) -> tuple[Background,
 
 def serve_proxy(upstream: str, trace_dir: str) -> int:
     """The proxy with a ProcessTraceSink until SIGTERM (the `process` writer mode)."""
-    import asyncio
-
-    from replay.proxy import CaptureProxy, ProcessTraceSink
-
     async def run() -> None:
         sink = ProcessTraceSink(trace_dir, "keep").start()
         proxy = CaptureProxy(upstream, "127.0.0.1:0", sink)
@@ -243,8 +243,6 @@ def main(argv: list[str] | None = None) -> int:
     for f in failures:
         print(f"failed: {f}")
     if a.json:
-        import confluent_kafka
-
         with open(a.json, "w") as fh:
             json.dump({"benchmark": "kipcheck-proxy-overhead", "schema_version": 1,
                        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import importlib
 import json
 import os
 import platform
@@ -30,6 +31,8 @@ import time
 import traceback
 from pathlib import Path
 from typing import Any, Callable
+
+import confluent_kafka
 
 # (messages per produce/consume measurement, end-to-end messages, ApiVersions requests,
 #  time budget per measurement in seconds)
@@ -69,8 +72,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def environment() -> dict[str, Any]:
-    import confluent_kafka
-
     return {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
@@ -81,8 +82,8 @@ def environment() -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from benchmarks import reference_broker as rb
-    from reference_impl.server.broker_server import ThreadedReferenceCluster
+    from benchmarks import reference_broker as rb  # broker suite only: ~1 s of import the others skip
+    from reference_impl.server.broker_server import ThreadedReferenceCluster  # broker suite only (see the line above)
 
     preset = dict(QUICK if args.quick else FULL)
     if args.messages:
@@ -272,8 +273,6 @@ def _common_args(rest: list[str], suite: str | None = None) -> list[str]:
 
 
 def _run_other(suite: str, args: list[str]) -> int:
-    import importlib
-
     print(f"== benchmark suite: {suite}", flush=True)
     return int(importlib.import_module(OTHER_SUITES[suite]).main(args) or 0)
 

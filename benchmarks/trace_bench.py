@@ -24,6 +24,10 @@ import time
 
 from benchmarks import trace_check_bench as cb
 from benchmarks import trace_diff_bench as db
+from replay.check_pure import check_table
+from replay.spark_standalone import StandaloneCluster, executor_venv
+from replay.synthetic_traces import generate
+from replay.trace_reader import read_trace
 
 FULL = (100_000, 1_000_000, 10_000_000)
 QUICK = (100_000,)
@@ -40,9 +44,6 @@ def load() -> float:
 
 
 def pure_check(path: str) -> dict:
-    from replay.check_pure import check_table
-    from replay.trace_reader import read_trace
-
     t0 = time.perf_counter()
     table, _ = read_trace(path)
     found = [(v["rule_id"], v["seq"]) for v in check_table(table)]
@@ -70,8 +71,6 @@ def pure_check_child(path: str, memory_fraction: float = 0.75) -> dict:
 def fixed_cost(base: str, code: str = "", root: str = ROOT) -> dict:
     """Wall seconds of the whole command on a 200-exchange trace (start-up included), on
     the code of checkout `root`."""
-    from benchmarks.synthetic_traces import generate
-
     path = os.path.join(base, "trace-200")
     expected = sorted(generate(path, 200, seed=5))
     t0 = time.perf_counter()
@@ -108,8 +107,6 @@ def _runs(engines: tuple, not_spark: str, baseline: str | None) -> list[tuple[st
 
 def run_size(n: int, base: str, cluster, budget_end: float, engines: tuple, diff_engines: tuple,
              baseline: str | None = None) -> list[dict]:
-    from benchmarks.synthetic_traces import generate
-
     rows = []
     path = os.path.join(base, f"trace-{n}")
     expected = sorted(tuple(x) for x in generate(path, n, seed=n % 9973))
@@ -212,8 +209,6 @@ def main(argv: list[str] | None = None) -> int:
             print_row(rows[-1])
     cluster = None
     if "standalone" in engines + diff_engines:
-        from replay.spark_standalone import StandaloneCluster, executor_venv
-
         cluster = StandaloneCluster(executor_venv(), workers=2, worker_memory=EXECUTOR_MEMORY).start()
     try:
         for n in sizes:

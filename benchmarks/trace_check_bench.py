@@ -1,6 +1,6 @@
 """Throughput of `kipcheck check` on Spark: ``python -m benchmarks.trace_check_bench [--quick]``.
 
-Generates synthetic traces (benchmarks.synthetic_traces, every anomaly kind injected once)
+Generates synthetic traces (replay.synthetic_traces, every anomaly kind injected once)
 of two sizes (full: 1M and 10M exchanges; --quick: 100k and 1M), checks each on local[1]
 and local[2], verifies that the violations found are exactly the injected ones, and prints
 exchanges per second and the growth from the small to the large trace (time ratio over
@@ -22,6 +22,11 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from replay.check_cmd import SPARK_CONF, ScanStats, run_spark, validate_segments
+from replay.entity_replay import CheckConfig
+from replay.spark_session import get_spark
+from replay.synthetic_traces import generate
 
 FULL = (1_000_000, 10_000_000)
 QUICK = (100_000, 1_000_000)
@@ -55,10 +60,6 @@ def tree_cpu_seconds(root: int) -> float:
 def check_once(path: str, master: str) -> dict:
     """Run in a child process: check one trace as `kipcheck check` does (check_cmd's decode
     pass, then its Spark job), return timing and the (rule, seq) found."""
-    from replay.check_cmd import SPARK_CONF, ScanStats, run_spark, validate_segments
-    from replay.entity_replay import CheckConfig
-    from replay.spark_session import get_spark
-
     spark = get_spark("kipcheck-check-bench", master, SPARK_CONF)
     warm = spark.range(1000).selectExpr("sum(id)").collect()  # JVM and Python workers up before the clock
     del warm
@@ -107,8 +108,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", help="where to write the traces (default: a temporary directory)")
     p.add_argument("--json", metavar="OUT", help="also write the results as JSON")
     args = p.parse_args(argv)
-    from benchmarks.synthetic_traces import generate
-
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else list(QUICK if args.quick else FULL)
     masters = args.masters.split(",")
     base = args.dir or tempfile.mkdtemp(prefix="kipcheck-check-bench-")

@@ -34,6 +34,8 @@ from typing import Any
 from reference_impl.client.transactional_producer import TransactionalProducer
 from reference_impl.model import txn_roundtrip
 from reference_impl.server.broker_server import ThreadedReferenceCluster
+from clients.wire import create_topic as create
+from reference_impl.client.raw_client import ClusterClient
 
 MODES = {"today": (0, False), "blocking": (1, False), "prereg": (0, True), "draft": (1, True)}
 COLUMNS = ("mode", "marker delay ms", "txns", "requests/txn", "AddPartitions/txn", "CONCURRENT_TXN/txn",
@@ -81,9 +83,6 @@ def configure(cluster: ThreadedReferenceCluster, level: int, marker_delay_ms: in
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    from clients.wire import create_topic as create
-    from reference_impl.client.raw_client import ClusterClient
-
     with ClusterClient(bootstrap) as cc:
         assert create(cc, topic, partitions) == 0
 

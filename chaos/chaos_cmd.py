@@ -9,9 +9,14 @@ non-zero exit prints the command that replays the run.
 from __future__ import annotations
 
 import argparse
+import random
 import shlex
 import sys
 from pathlib import Path
+
+from chaos.scenarios import SCENARIOS
+from chaos.schedule import parse_faults
+from targets.target import parse_target_spec
 
 EXIT_VALID, EXIT_ANOMALY, EXIT_COULD_NOT_RUN, EXIT_UNKNOWN = 0, 1, 2, 3
 
@@ -58,10 +63,8 @@ class UsageError(ValueError):
 
 def _validate(args: argparse.Namespace) -> dict:
     """Raise UsageError for bad input before anything starts; the workload options."""
-    from chaos.nemesis.registry import known_kinds
-    from chaos.schedule import parse_faults
-    from chaos.workloads import WORKLOADS
-    from targets.target import parse_target_spec
+    from chaos.nemesis.registry import known_kinds  # injectors and clients, ~0.5 s: kipcheck --help imports this module
+    from chaos.workloads import WORKLOADS  # loads the workloads' clients (see known_kinds above)
 
     try:
         parse_target_spec(args.target)
@@ -76,12 +79,12 @@ def _validate(args: argparse.Namespace) -> dict:
     if not 0 < args.time_limit <= 3600:
         raise UsageError("--time-limit must be in (0, 3600] seconds")
     if args.workload == "copier":
-        from chaos.workloads.copier import CLIENTS
+        from chaos.workloads.copier import CLIENTS  # the workloads' clients (see known_kinds above)
         if args.copier_client not in CLIENTS:
             raise UsageError(f"--copier-client must be one of {', '.join(CLIENTS)}")
         return {"client": args.copier_client}
     if args.workload == "share":
-        from chaos.workloads.share import CLIENTS as SHARE_CLIENTS
+        from chaos.workloads.share import CLIENTS as SHARE_CLIENTS  # the workloads' clients (see known_kinds above)
         if args.share_client not in SHARE_CLIENTS:
             raise UsageError(f"--share-client must be one of {', '.join(SHARE_CLIENTS)}")
         return {"client": args.share_client}
@@ -103,13 +106,11 @@ def _queue_options(args: argparse.Namespace) -> dict:
 
 def run_scenario(args: argparse.Namespace) -> int:
     """``--scenario NAME``: a fixed reproduction; exit 0 correct, 1 wrong, 2 could not run."""
-    from chaos.scenarios import SCENARIOS
     if args.scenario not in SCENARIOS:
         print(f"kipcheck: error: unknown scenario {args.scenario!r}; expected one of {', '.join(SCENARIOS)}",
               file=sys.stderr, flush=True)
         return EXIT_COULD_NOT_RUN
-    from chaos.scenarios import kafka_17754
-    from targets.target import parse_target_spec
+    from chaos.scenarios import kafka_17754  # its clients, as known_kinds in _validate
     try:
         parse_target_spec(args.target)
     except ValueError as exc:
@@ -136,13 +137,11 @@ def run_scenario(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    import random
-
     if args.scenario is not None:
         return run_scenario(args)
 
-    from chaos.runner import CouldNotRun, RunConfig
-    from chaos.runner import run as run_chaos
+    from chaos.runner import CouldNotRun, RunConfig  # injectors and clients, as known_kinds in _validate
+    from chaos.runner import run as run_chaos  # injectors and clients, as known_kinds in _validate
 
     try:
         options = _validate(args)

@@ -26,6 +26,11 @@ from checkers.history import History
 from chaos.nemesis.base import NEMESIS_PROCESS, FaultRecord, FaultWindow
 from checkers.recorder import Recorder
 from targets.target import NotSupportedByTarget
+from chaos.nemesis.registry import nemeses_for
+from chaos.report import render
+from chaos.schedule import aim_roles, parse_faults, schedule
+from chaos.workloads import make_workload
+from targets.factory import create_target
 
 STOP_GRACE_S = 60.0
 NEMESIS_GRACE_S = 420.0
@@ -126,11 +131,6 @@ def verdict(check: dict, faults: list[dict], calm: bool) -> dict:
 
 
 def run(cfg: RunConfig, log=print) -> RunResult:
-    from chaos.nemesis.registry import nemeses_for
-    from chaos.schedule import aim_roles, parse_faults, schedule
-    from chaos.workloads import make_workload
-    from targets.factory import create_target
-
     specs = parse_faults(cfg.faults)
     windows = schedule(specs, cfg.seed, cfg.time_limit_s)
     cfg.out.mkdir(parents=True, exist_ok=True)
@@ -214,7 +214,6 @@ def run(cfg: RunConfig, log=print) -> RunResult:
 
 
 def write(out: Path, history: History, faults: list[dict], result: dict) -> None:
-    from chaos.report import render
     with (out / "history.jsonl").open("w") as f:
         for op in history.to_list():
             f.write(json.dumps(op, default=str) + "\n")

@@ -452,3 +452,26 @@ def check(history: History, allowed: Iterable[str] = EXACTLY_ONCE,
 
 __all__ = ["ANOMALIES", "EXACTLY_ONCE", "INDETERMINATE", "Analysis", "VersionOrder",
            "allowed_error_types", "analyze", "check", *[fn.__name__ for fn in ANOMALIES.values()]]
+
+
+def input_identity(history: History, output: str) -> History:
+    """The history of a copier (A -> B, values tagged ``|<attempt>``) by input identity: a copied value loses its ``|<attempt>`` tag and the
+    copier's own sends are dropped, so one input record copied twice into B is one value
+    at two offsets of B (the checker's ``duplicate``, KIP-98.EOS.001)."""
+    prefix = f"{output}-"
+
+    def project(value: Any) -> Any:
+        if not isinstance(value, list):
+            return value
+        out = []
+        for m in value:
+            if m[0] == "send" and m[1].startswith(prefix):
+                continue
+            if m[0] == "poll" and len(m) > 1:
+                m = ["poll", {k: [[o, str(v).split("|", 1)[0]] for o, v in pairs] if k.startswith(prefix) else pairs
+                              for k, pairs in m[1].items()}]
+            out.append(m)
+        return out
+
+    return History.from_list([{**op.to_dict(), "value": project(op.value) if op.f in ("txn", "poll", "send")
+                               else op.value} for op in history]).validate()

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
+from checkers import share_group
+
 REQUIREMENTS: dict[str, tuple[str, ...]] = {
     # log shape
     "inconsistent-offsets": ("PROTO.PRODUCE.002",),
@@ -41,7 +43,6 @@ def requirements_of(error_type: str) -> list[str]:
     """Catalog ids ``error_type`` violates (share-group types come from their checker)."""
     if error_type in REQUIREMENTS:
         return list(REQUIREMENTS[error_type])
-    from checkers import share_group
     return list(getattr(share_group, "REQUIREMENTS", {}).get(error_type, ()))
 
 

@@ -30,12 +30,20 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
 if __package__ in (None, ""):  # run as a script (spark-submit replay/check_cmd.py)
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from replay import check_events as ev  # noqa: E402
+from replay import check_pure  # noqa: E402
 from replay import trace_reader as tr  # noqa: E402
 from replay.check_rules import BY_ID, RULES  # noqa: E402
+from replay.check_spark import SparkChecker, load_trace  # noqa: E402
 from replay.entity_replay import CheckConfig  # noqa: E402
+from replay.spark_session import DEFAULT_SHUFFLE_PARTITIONS, failure_line, get_spark  # noqa: E402
 
 SAMPLES_PER_RULE = 5
 SMALL_TRACE = 100_000  # exchanges: below it the Spark job runs in 2 shuffle partitions
@@ -82,10 +90,6 @@ class ScanStats:
         return {k: int(self.counts[k]) for k in ("rows", "gap_rows", "gap_exchanges", "exchanges", "undecoded")}
 
     def visit(self, path: str, table: Any) -> None:
-        import pyarrow.compute as pc
-
-        from replay import check_events as ev
-
         table = tr.upgrade(table)  # a version-1 row group: the typed columns relevance reads
         kind = table.column("kind")
         gap = pc.fill_null(pc.equal(kind, "gap"), False)
@@ -109,9 +113,6 @@ class ScanStats:
 
 def _topic_pairs(entries: Any) -> Any:
     """The distinct (topic, topic id) pairs of partition entries naming both."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     t = pa.table({"t": pc.struct_field(entries, "topic"), "i": pc.struct_field(entries, "topic_id")})
     t = t.filter(pc.and_(pc.is_valid(t.column("t")), pc.is_valid(t.column("i"))))
     return t.group_by(["t", "i"]).aggregate([])
@@ -163,10 +164,6 @@ def _undecoded_error(rows: list[dict], total: int, exchanges: int) -> CheckInput
 
 
 def run_pure(paths: list[str], scan: ScanStats, cfg: CheckConfig, skip_undecoded: bool) -> tuple[list[dict], dict]:
-    import pyarrow as pa
-
-    from replay import check_pure
-
     stats = scan.stats()
     if stats["undecoded"] and not skip_undecoded:
         raise _undecoded_error(scan.undecoded_first, stats["undecoded"], stats["exchanges"])
@@ -176,9 +173,6 @@ def run_pure(paths: list[str], scan: ScanStats, cfg: CheckConfig, skip_undecoded
 
 def run_spark(paths: list[str], scan: ScanStats, cfg: CheckConfig, skip_undecoded: bool, master: str | None,
               out: str) -> tuple[Any, dict]:
-    from replay.check_spark import SparkChecker, load_trace
-    from replay.spark_session import DEFAULT_SHUFFLE_PARTITIONS, get_spark
-
     stats = scan.stats()
     if stats["undecoded"] and not skip_undecoded:
         raise _undecoded_error(scan.undecoded_first, stats["undecoded"], stats["exchanges"])
@@ -199,8 +193,8 @@ def run_spark(paths: list[str], scan: ScanStats, cfg: CheckConfig, skip_undecode
 def spark_samples(vdf: Any) -> tuple[list[dict], dict[str, int]]:
     """The first SAMPLES_PER_RULE violations of each rule (by seq) and the count per rule,
     in one job (windows over the written violations) rather than one job per rule."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
+    from pyspark.sql import Window  # heavy dependency: only the Spark engine needs it
+    from pyspark.sql import functions as F  # heavy dependency: only the Spark engine needs it
 
     got = (vdf.withColumn("_n", F.row_number().over(Window.partitionBy("rule_id").orderBy("seq")))
            .withColumn("_count", F.count(F.lit(1)).over(Window.partitionBy("rule_id")))
@@ -259,9 +253,6 @@ def run(args: argparse.Namespace) -> int:
         os.makedirs(args.out, exist_ok=True)
         if args.engine == "pure":
             rows, stats = run_pure(paths, scan, cfg, args.skip_undecoded)
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-
             schema = pa.schema([("rule_id", pa.string()), ("requirement_ids", pa.string()), ("entity", pa.string()),
                                 ("seq", pa.int64()), ("connection_id", pa.int64()), ("api_name", pa.string()),
                                 ("detail", pa.string())])
@@ -274,8 +265,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"kipcheck check: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # noqa: BLE001 - Spark/IO failures end the job with a reason, not a traceback
-        from replay.spark_session import failure_line
-
         print(f"kipcheck check: failed: {failure_line(exc)}", file=sys.stderr)
         return 2
     unknown = set(counts) - set(BY_ID)

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from reference_impl.protocol.api_keys import ApiKey
 
 TXN_APIS = (ApiKey.INIT_PRODUCER_ID, ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN, ApiKey.TXN_OFFSET_COMMIT)
@@ -38,9 +41,6 @@ def relevant(api_key: int, transactional_id: str | None, isolation_level: int | 
 def relevant_mask(table: Any) -> Any:
     """`relevant` over a pyarrow table of trace rows, also requiring a decoded exchange with
     a seq: a boolean array (check_cmd's decode pass; check_spark.WANTED is the same in SQL)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     api = table.column("api_key")
     exchange = pc.and_(pc.and_(pc.fill_null(pc.equal(table.column("kind"), "exchange"), False),
                                pc.is_valid(table.column("seq"))), pc.is_null(table.column("decode_error")))

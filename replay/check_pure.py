@@ -17,6 +17,7 @@ from replay import typed_fields
 from replay.check_rules import requirements_of
 from replay.entity_replay import REPLAYS, CheckConfig, Violation
 from reference_impl.protocol.api_keys import ApiKey
+from replay.trace_reader import upgrade
 
 
 def _ok(r: dict) -> bool:
@@ -201,8 +202,6 @@ class Normalizer:
 
 def exchange_rows(table: pa.Table) -> list[dict]:
     """The exchanges some rule reads, as dicts (a version-1 table is upgraded first)."""
-    from replay.trace_reader import upgrade
-
     rows = upgrade(table).select(ev.COLUMNS).to_pylist()
     return [r for r in rows if r["kind"] == "exchange" and r["seq"] is not None and r["decode_error"] is None
             and ev.relevant(r["api_key"], r["transactional_id"], r["isolation_level"])]

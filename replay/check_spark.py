@@ -23,6 +23,8 @@ from __future__ import annotations
 from typing import Any
 
 from replay import check_events as ev
+from replay import trace_reader as tr
+from replay import trace_schema as ts
 from replay.check_rules import requirements_of
 from replay.entity_replay import REPLAYS, CheckConfig
 from reference_impl.protocol.api_keys import ApiKey
@@ -47,7 +49,7 @@ LINK = "link"  # events of a transactional id that the window turns into group /
 
 
 def _F():
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # heavy dependency: importing this module must not start pyspark
 
     return F
 
@@ -74,9 +76,7 @@ def _in(*keys: int) -> str:
 def trace_schema() -> Any:
     """The current trace schema as a Spark schema: reading every segment with it puts
     version-1 segments (no typed columns) and version-2 ones in one scan."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    from replay import trace_schema as ts
+    from pyspark.sql.pandas.types import from_arrow_schema  # heavy dependency, as in _F
 
     return from_arrow_schema(ts.schema())
 
@@ -127,9 +127,6 @@ def load_trace(spark: Any, paths: list[str]) -> Any:
     Only version-1 segments go through upgrade(): its projection holds expressions that
     keep whole-stage code generation off for the scan's projection, and a trace of current
     segments has nothing to upgrade (measured: the flat table 25% faster without it)."""
-    from replay import trace_reader as tr
-    from replay import trace_schema as ts
-
     is_current = {p: tr.segment_version(p) == str(ts.SCHEMA_VERSION) for p in paths}
     old, current = [p for p in paths if not is_current[p]], [p for p in paths if is_current[p]]
     parts = [spark.read.schema(trace_schema()).parquet(*current)] if current else []
@@ -330,14 +327,14 @@ class SparkChecker:
         The flat table feeds two branches (the events as they are, and the link window), so
         it is persisted: without it every scan and projection ran twice (measured: half the
         JVM time of a 1M-exchange check). unpersist() after the job that writes the result."""
-        from pyspark import StorageLevel
+        from pyspark import StorageLevel  # heavy dependency, as in _F
 
         self.flat = self.flat_events().persist(StorageLevel.MEMORY_AND_DISK)
         events = self.flat.where(f"route <> {sql_str(LINK)}").unionByName(self.linked(self.flat))
         cfg = self.cfg
 
         def run(table):  # one bucket: many whole entities of any route
-            import pyarrow as pa
+            import pyarrow as pa  # runs in the Spark executor's Python worker
 
             return pa.Table.from_pylist(replay_bucket(table, cfg), schema=_violation_arrow_schema())
 
@@ -351,7 +348,7 @@ class SparkChecker:
 
 
 def _violation_arrow_schema() -> Any:
-    import pyarrow as pa
+    import pyarrow as pa  # called in the Spark executor's Python worker
 
     types = {"string": pa.string(), "long": pa.int64()}
     return pa.schema([(name, types[t]) for name, t in (c.split() for c in VIOLATION_DDL.split(", "))])
@@ -362,7 +359,7 @@ def replay_bucket(table: Any, cfg: CheckConfig) -> list[dict]:
     table), one per (rule, entity, seq) with the smallest detail, with the exchange's
     connection and api. Each route converts only the columns its replay reads (Arrow's
     to_pylist: no pandas objects, nulls as None)."""
-    import pyarrow.compute as pc
+    import pyarrow.compute as pc  # runs in the Spark executor's Python worker
 
     where = {seq: (conn, api) for seq, conn, api in zip(
         *(table.column(c).to_pylist() for c in ("seq", "conn", "api_name"))) if api is not None}

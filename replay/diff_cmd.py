@@ -14,11 +14,15 @@ import os
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
+
 if __package__ in (None, ""):  # run as a script (spark-submit replay/diff_cmd.py)
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from replay import diff_pure  # noqa: E402
 from replay import diff_report  # noqa: E402
 from replay.diff_input import DiffInputError, TraceInput, inspect_trace  # noqa: E402
+from replay.spark_session import failure_line, get_spark  # noqa: E402
 
 EXIT_OK, EXIT_DIVERGED, EXIT_ERROR = 0, 1, 2
 
@@ -50,19 +54,13 @@ def _inspect(args: argparse.Namespace) -> dict[str, TraceInput | None]:
 
 
 def _run_pure(inputs: dict, args: argparse.Namespace) -> dict:
-    import pyarrow.parquet as pq
-
-    from replay import diff_pure
-
     table, result = diff_pure.run(inputs["a"], inputs["b"], inputs["noise"], args.json)
     pq.write_table(table, os.path.join(args.out, diff_report.DIVERGENCES))
     return result
 
 
 def _run_spark(inputs: dict, args: argparse.Namespace) -> dict:
-    from replay import diff_spark
-    from replay.spark_session import get_spark
-
+    from replay import diff_spark  # imports pyspark (heavy): only --engine spark needs it
     spark = get_spark("kipcheck-diff", args.master, conf=diff_spark.SPARK_CONF)
     _, result = diff_spark.run(spark, inputs["a"], inputs["b"], inputs["noise"], args.json,
                                out_path=os.path.join(os.path.abspath(args.out), diff_report.DIVERGENCES))
@@ -79,8 +77,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = (_run_pure if args.engine == "pure" else _run_spark)(inputs, args)
     except Exception as exc:  # noqa: BLE001 - the job failed: say so, exit 2, never a partial report
-        from replay.spark_session import failure_line
-
         print(f"kipcheck diff: error: the {args.engine} diff failed: {failure_line(exc)}", file=sys.stderr)
         return EXIT_ERROR
     summary = diff_report.build_summary(args.engine, inputs, result, args.json)

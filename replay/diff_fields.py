@@ -37,6 +37,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+import pyarrow as pa
+
 from clients.normalize import MISSING, Normalizer, compare
 from reference_impl.protocol.api_keys import ApiKey
 
@@ -312,8 +314,6 @@ DIVERGENCE_COLUMNS = (
 
 
 def divergence_schema():
-    import pyarrow as pa
-
     return pa.schema([
         ("kind", pa.string()), ("api_key", pa.int16()), ("api_name", pa.string()), ("field", pa.string()),
         ("path", pa.string()), ("a_value", pa.string()), ("b_value", pa.string()), ("a_seq", pa.int64()),

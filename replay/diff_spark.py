@@ -263,7 +263,7 @@ _JSON_OUT = T.StructType([
 
 def _json_walk(batches: Iterator[Any]) -> Iterator[Any]:
     """mapInPandas body: per Arrow batch of aligned pairs, the differing JSON leaves."""
-    import pandas as pd
+    import pandas as pd  # runs in the Spark executor's Python worker (mapInPandas)
 
     for pdf in batches:
         out: list[tuple] = []

@@ -31,6 +31,7 @@ import operator
 import os
 import queue
 import struct
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -38,7 +39,7 @@ from typing import Any, Protocol
 from reference_impl.protocol import framing
 from replay import address_rewrite
 from replay import trace_schema as ts
-from replay.trace_writer import RawExchange
+from replay.trace_writer import PAYLOAD_MODES, RawExchange, TraceWriter
 from reference_impl.protocol.api_keys import ApiKey
 
 log = logging.getLogger("kipcheck.replay.proxy")
@@ -709,8 +710,6 @@ class ProcessTraceSink:
 
     def __init__(self, out_dir: str, payloads: str = "keep", *, queue_size: int = 1000,
                  max_queued_bytes: int = 256 << 20, **writer_kwargs: Any) -> None:
-        from replay.trace_writer import PAYLOAD_MODES
-
         if payloads not in PAYLOAD_MODES:
             raise ValueError(f"payloads must be one of {PAYLOAD_MODES}, not {payloads!r}")
         ctx = multiprocessing.get_context("spawn")  # never fork a process that runs threads
@@ -793,8 +792,6 @@ def _pack(x: RawExchange) -> tuple:
 
 
 def _process_writer_main(out_dir: str, payloads: str, writer_kwargs: dict, items, gaps, queued_bytes, result) -> None:
-    from replay.trace_writer import TraceWriter
-
     writer = TraceWriter(out_dir, payloads, **writer_kwargs).start()
     parent = os.getppid()
     while True:
@@ -830,8 +827,6 @@ class ThreadedCaptureProxy:
     """A CaptureProxy on its own event loop thread, for synchronous callers (tests)."""
 
     def __init__(self, upstream: str, listen: str = "127.0.0.1:0", sink: Sink | None = None, **kwargs: Any) -> None:
-        import threading
-
         self._args = (upstream, listen, sink, kwargs)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="kipcheck-capture-proxy", daemon=True)

@@ -17,11 +17,13 @@ started before the cluster it fronts, and every client connection dials upstream
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import signal
+import socket
 import sys
 
-from replay.proxy import CaptureProxy, ProcessTraceSink
+from replay.proxy import CaptureProxy, ProcessTraceSink, parse_hostport
 from replay.trace_writer import PAYLOAD_MODES, TraceWriter
 
 
@@ -64,8 +66,6 @@ def _fail(msg: str) -> int:
 
 def check_addresses(upstream: str, listen: str) -> str | None:
     """A one-line problem with --upstream/--listen, or None (before any socket is opened)."""
-    from replay.proxy import parse_hostport
-
     pieces = [p for p in upstream.split(",") if p.strip()]
     if not pieces:
         return "--upstream needs host:port[,host:port...]"
@@ -88,10 +88,6 @@ def check_addresses(upstream: str, listen: str) -> str | None:
 def upstream_unreachable(upstream: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
     """Why no upstream bootstrap address accepts TCP now, or None. Recording still starts
     (a proxy is often started before its cluster); the caller warns in one line."""
-    import socket
-
-    from replay.proxy import parse_hostport
-
     errors = []
     for piece in (p for p in upstream.split(",") if p.strip()):
         host, port = parse_hostport(piece)
@@ -129,8 +125,6 @@ def record(upstream: str, listen: str, out_dir: str, payloads: str = "keep", *,
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
     p = argparse.ArgumentParser(prog="kipcheck record")
     p.add_argument("--upstream", required=True)
     p.add_argument("--listen", default="127.0.0.1:0")

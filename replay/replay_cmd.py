@@ -15,6 +15,8 @@ import sys
 
 from replay.replayer import REPORT_FILE, ReplayError, Replayer
 from replay.trace_reader import TraceError
+from targets.factory import create_target
+from targets.target import TargetError, parse_target_spec
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,9 +34,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from targets.target import TargetError, parse_target_spec
-    from targets.factory import create_target
-
     try:
         spec = parse_target_spec(args.target)
     except ValueError as exc:

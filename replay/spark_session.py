@@ -20,7 +20,7 @@ from typing import Any
 
 DEFAULT_MASTER = "local[2]"
 DEFAULT_SHUFFLE_PARTITIONS = "8"  # ours, unless spark-submit / --conf set another
-PACKAGES = ("replay", "reference_impl", "chaos", "conformance", "targets")
+PACKAGES = ("replay", "clients", "checkers", "rules", "targets", "reports", "registers", "reference_impl")  # replay and every floor below it (tests/test_layers.py)
 _ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -65,7 +65,7 @@ def failure_line(exc: BaseException) -> str:
 
 def spark_home_bin(name: str) -> str:
     """A launcher of the Spark distribution pyspark installs (spark-submit, spark-class)."""
-    import pyspark
+    import pyspark  # heavy dependency: only a Spark run needs it
 
     return os.path.join(os.path.dirname(os.path.abspath(pyspark.__file__)), "bin", name)
 
@@ -91,8 +91,8 @@ def get_spark(app_name: str, master: str | None = None, conf: dict[str, str] | N
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark import SparkConf, SparkContext
-    from pyspark.sql import SparkSession
+    from pyspark import SparkConf, SparkContext  # heavy dependency: only a Spark run needs it
+    from pyspark.sql import SparkSession  # heavy dependency: only a Spark run needs it
 
     if os.environ.get("PYSPARK_GATEWAY_PORT"):
         # under spark-submit its JVM holds the conf (--master, --conf): without the gateway up,

@@ -10,12 +10,16 @@ need not have kipcheck installed: jobs ship it (`--py-files`, see docs/trace-che
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import importlib.metadata as md
 import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
@@ -27,7 +31,7 @@ WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 
 def spark_home() -> str:
     """The pip-installed pyspark is a whole Spark distribution (bin/, jars/)."""
-    import pyspark
+    import pyspark  # heavy dependency: only a cluster start needs it
 
     return os.path.dirname(os.path.abspath(pyspark.__file__))
 
@@ -154,11 +158,6 @@ def executor_venv(base_python: str | None = None, cache: str | None = None, time
     interpreter's, so pickled Arrow/pandas data round-trips), created once under
     ~/.cache/kipcheck (a file lock serializes concurrent creators). No kipcheck in it.
     ``base_python``: default the interpreter this venv was made from (same minor version)."""
-    import fcntl
-    import hashlib
-    import importlib.metadata as md
-    import sys
-
     base_python = base_python or getattr(sys, "_base_executable", None) or sys.executable
 
     pins = [f"{p}=={md.version(p)}" for p in EXECUTOR_PACKAGES]

@@ -517,7 +517,7 @@ def block_size() -> int:
     return _template(None)[0].num_rows
 
 
-if __name__ == "__main__":  # python -m benchmarks.synthetic_traces DIR N [SEED]
+if __name__ == "__main__":  # python -m replay.synthetic_traces DIR N [SEED]
     import sys
 
     exp = generate(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 1)

@@ -1,7 +1,7 @@
 """A Docker engine for the `testcontainers` target: found, or installed and started by kipcheck.
 
-`ensure_engine()` answers with the first engine that pings (targets.testcontainers_target's
-detection). When none answers and the process is root, it installs Debian's `docker.io`
+`ensure_engine()` answers with the first engine that pings (`docker_engine()`: DOCKER_HOST,
+~/.testcontainers.properties, the docker context, the default sockets). When none answers and the process is root, it installs Debian's `docker.io`
 (apt-get, once) and starts `dockerd` itself. A daemon kipcheck started is watched by a
 *guardian* process (`python -m targets.docker_engine guard`), in its own session so that a
 SIGKILL of the test process does not take it along: every process using the engine registers
@@ -31,12 +31,16 @@ import http.client
 import os
 import shutil
 import signal
+import socket
+import ssl
 import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlparse
 
 from targets.kafka_native.jars import cache_root
+from targets.target import NotSupportedByTarget
 
 SOCKET = "/var/run/docker.sock"
 LABEL_OWNER = "org.kipcheck.owner-pid"
@@ -44,6 +48,142 @@ LABEL_RUN = "org.kipcheck.run"
 APT_LOCK_OPT = ["-o", "DPkg::Lock::Timeout=900"]
 START_TIMEOUT_S = 60.0
 GUARD_POLL_S = 1.0
+ENGINE_PING_TIMEOUT_S = 3.0
+
+
+class DockerUnavailable(NotSupportedByTarget):
+    """No Docker engine answers; the reason names where it was looked for."""
+
+
+# --- Docker engine detection ------------------------------------------------------------
+
+
+def _testcontainers_properties_host() -> str | None:
+    path = Path.home() / ".testcontainers.properties"
+    try:
+        for line in path.read_text().splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key.strip() == "docker.host" and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return None
+
+
+def _docker_context_host() -> str | None:
+    """The endpoint of the docker CLI's current context (needs no engine)."""
+    try:
+        out = subprocess.run(
+            ["docker", "context", "inspect", "--format", "{{.Endpoints.docker.Host}}"],
+            capture_output=True, text=True, timeout=5, check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    host = out.stdout.strip()
+    return host if out.returncode == 0 and host else None
+
+
+def docker_host_candidates() -> list[tuple[str, str]]:
+    """(url, where it came from), in the order testcontainers/docker-py would use them."""
+    env = os.environ.get("DOCKER_HOST")
+    if env:
+        return [(env, "DOCKER_HOST")]
+    props = _testcontainers_properties_host()
+    if props:
+        return [(props, "~/.testcontainers.properties docker.host")]
+    out: list[tuple[str, str]] = []
+    ctx = _docker_context_host()
+    if ctx:
+        out.append((ctx, "docker context"))
+    defaults = ["/var/run/docker.sock"]
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        defaults.append(os.path.join(os.environ["XDG_RUNTIME_DIR"], "docker.sock"))
+    defaults += [str(Path.home() / ".docker/run/docker.sock"), str(Path.home() / ".docker/desktop/docker.sock")]
+    for path in defaults:
+        url = f"unix://{path}"
+        if all(url != u for u, _ in out) and (path == "/var/run/docker.sock" or os.path.exists(path)):
+            out.append((url, "default socket"))
+    return out
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self._path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def _tls_context() -> ssl.SSLContext:
+    ctx = ssl.create_default_context()
+    cert_path = os.environ.get("DOCKER_CERT_PATH") or str(Path.home() / ".docker")
+    ca, cert, key = (os.path.join(cert_path, n) for n in ("ca.pem", "cert.pem", "key.pem"))
+    if os.path.exists(ca):
+        ctx.load_verify_locations(ca)
+    if os.path.exists(cert) and os.path.exists(key):
+        ctx.load_cert_chain(cert, key)
+    if os.environ.get("DOCKER_TLS_VERIFY", "") in ("", "0"):
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def ping_docker(url: str, timeout: float = ENGINE_PING_TIMEOUT_S) -> str:
+    """GET /_ping on a Docker engine URL; returns the API version, raises OSError/ValueError."""
+    parsed = urlparse(url)
+    if parsed.scheme == "unix":
+        conn: http.client.HTTPConnection = _UnixHTTPConnection(parsed.path, timeout)
+    elif parsed.scheme in ("tcp", "http", "https"):
+        host, port = parsed.hostname or "localhost", parsed.port or 2375
+        tls = parsed.scheme == "https" or os.environ.get("DOCKER_TLS_VERIFY") not in (None, "", "0") or port == 2376
+        conn = (
+            http.client.HTTPSConnection(host, port, timeout=timeout, context=_tls_context())
+            if tls
+            else http.client.HTTPConnection(host, port, timeout=timeout)
+        )
+    else:
+        raise ValueError(f"{parsed.scheme}:// Docker hosts are not checked by kipcheck")
+    try:
+        conn.request("GET", "/_ping")
+        resp = conn.getresponse()
+        body = resp.read(64)
+        if resp.status != 200:
+            raise OSError(f"GET /_ping answered HTTP {resp.status} {body!r}")
+        return resp.getheader("Api-Version") or "unknown"
+    finally:
+        conn.close()
+
+
+def docker_engine() -> tuple[str, str]:
+    """(url, api_version) of the first Docker engine that answers; DockerUnavailable otherwise."""
+    failures = []
+    for url, source in docker_host_candidates():
+        try:
+            return url, ping_docker(url)
+        except (OSError, ValueError, http.client.HTTPException) as exc:
+            reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+            failures.append(f"{url} ({source}): {reason}")
+    raise DockerUnavailable("no Docker engine reachable: " + "; ".join(failures))
+
+
+def docker_available() -> tuple[bool, str]:
+    """(True, description) or (False, reason): for skip conditions."""
+    try:
+        url, api = docker_engine()
+        return True, f"Docker engine at {url} (API {api})"
+    except DockerUnavailable as exc:
+        return False, exc.reason
+
+
+# --- an engine kipcheck starts ------------------------------------------------------------
 
 
 def private_root() -> Path | None:
@@ -110,8 +250,6 @@ def pid_alive(pid: int) -> bool:
 
 
 def _ping() -> tuple[str, str] | None:
-    from targets.testcontainers_target import DockerUnavailable, docker_engine, ping_docker
-
     try:
         if private_root():
             url = f"unix://{socket_path()}"
@@ -125,19 +263,11 @@ def _ping() -> tuple[str, str] | None:
 
 def ping_ok(url: str) -> bool:
     """Whether the engine at `url` answers GET /_ping."""
-    from targets.testcontainers_target import ping_docker
-
     try:
         ping_docker(url)
         return True
     except (OSError, ValueError, http.client.HTTPException):
         return False
-
-
-def _unavailable(reason: str) -> Exception:
-    from targets.testcontainers_target import DockerUnavailable
-
-    return DockerUnavailable(reason)
 
 
 def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
@@ -148,16 +278,16 @@ def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
 def install_packages(packages: list[str]) -> None:
     """apt-get install the missing ones (root only); one `apt-get update` per process."""
     if os.geteuid() != 0:
-        raise _unavailable(f"{', '.join(packages)} missing and not root: cannot apt-get install")
+        raise DockerUnavailable(f"{', '.join(packages)} missing and not root: cannot apt-get install")
     if not shutil.which("apt-get"):
-        raise _unavailable(f"{', '.join(packages)} missing and no apt-get on this machine")
+        raise DockerUnavailable(f"{', '.join(packages)} missing and no apt-get on this machine")
     if not getattr(install_packages, "updated", False):
         _run(["apt-get", *APT_LOCK_OPT, "update"], timeout=1200)
         install_packages.updated = True  # type: ignore[attr-defined]
     out = _run(["apt-get", *APT_LOCK_OPT, "install", "-y", "--no-install-recommends", *packages], timeout=1800)
     if out.returncode != 0:
         tail = (out.stderr or out.stdout).strip().splitlines()[-3:]
-        raise _unavailable(f"apt-get install {' '.join(packages)} failed: {' | '.join(tail)}")
+        raise DockerUnavailable(f"apt-get install {' '.join(packages)} failed: {' | '.join(tail)}")
 
 
 def _dockerd() -> str | None:
@@ -223,18 +353,18 @@ def ensure_engine() -> tuple[str, str]:
                 register_user()
             return found
         if own:  # never start a second daemon next to a live one (its users would be lost)
-            raise _unavailable(f"dockerd {own} started by kipcheck does not answer within {START_TIMEOUT_S:.0f}s")
+            raise DockerUnavailable(f"dockerd {own} started by kipcheck does not answer within {START_TIMEOUT_S:.0f}s")
         if host and not private_root():
-            raise _unavailable(f"DOCKER_HOST={host} does not answer; kipcheck starts no engine there")
+            raise DockerUnavailable(f"DOCKER_HOST={host} does not answer; kipcheck starts no engine there")
         if _dockerd() is None:
             install_packages(["docker.io"])
         if _dockerd() is None:
-            raise _unavailable("docker.io installed but no dockerd found")
+            raise DockerUnavailable("docker.io installed but no dockerd found")
         register_user()
         found = _start_and_wait() or (_start_and_wait() if _set_aside_broken_network_store() else None)
         if not found:
             log = (state_dir() / "dockerd.log").read_text(errors="replace").strip().splitlines()[-5:]
-            raise _unavailable(f"dockerd did not answer within {START_TIMEOUT_S:.0f}s: {' | '.join(log)}")
+            raise DockerUnavailable(f"dockerd did not answer within {START_TIMEOUT_S:.0f}s: {' | '.join(log)}")
         return found
 
 

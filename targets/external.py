@@ -31,6 +31,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
 from targets.target import (
     Capabilities,
     NotSupportedByTarget,
@@ -40,6 +43,9 @@ from targets.target import (
     probe_capabilities,
     wait_until_ready,
 )
+from reference_impl.client.raw_client import ClusterClient, RawClient, parse_bootstrap
+from reference_impl.client.sasl import AuthenticationError
+from reference_impl.client.security import ClientSecurity, SecurityConfigError
 
 ENV_CONFIG = "KIPCHECK_EXTERNAL_CONFIG"
 ENV_TIMEOUT = "KIPCHECK_EXTERNAL_TIMEOUT"
@@ -155,9 +161,6 @@ def parse_apiversion_log(lines: list[str]) -> dict[int, tuple[int, int]]:
 
 def librdkafka_probe(config: dict[str, Any], timeout: float) -> tuple[Capabilities, Any]:
     """ApiVersions (from librdkafka's debug log) and Metadata through confluent-kafka."""
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
-
     logger, lines = _capture_logger()
     conf = dict(config)
     conf.update({"debug": "feature", "logger": logger, "log_level": 7})
@@ -206,8 +209,6 @@ class ExternalTarget(Target):
         unknown = sorted(set(opts) - set(OPTIONS))
         if unknown:
             raise ValueError(f"external target: unknown option(s) {', '.join(unknown)}; known: {', '.join(OPTIONS)}")
-        from reference_impl.client.raw_client import parse_bootstrap
-
         self._addresses = parse_bootstrap(self._bootstrap)  # ValueError on HOST without PORT
         self.options = opts
         timeout_text = opts.get("timeout") or os.environ.get(ENV_TIMEOUT) or str(DEFAULT_TIMEOUT_S)
@@ -253,8 +254,6 @@ class ExternalTarget(Target):
         return self._raw_security is not None
 
     def _parse_raw_security(self) -> tuple[Any, str | None]:
-        from reference_impl.client.security import ClientSecurity, SecurityConfigError
-
         try:
             return ClientSecurity.from_properties(self.properties), None
         except SecurityConfigError as exc:
@@ -362,9 +361,6 @@ class ExternalTarget(Target):
     def _first_answer(self, what: str) -> None:
         """One ApiVersions v0 round trip within `timeout` (after TLS and SASL): tells a silent or
         non-Kafka listener, and rejected credentials, apart."""
-        from reference_impl.client.raw_client import RawClient
-        from reference_impl.client.sasl import AuthenticationError
-
         try:
             with RawClient.connect(self._bootstrap, timeout=self.timeout, security=self._raw_security) as client:
                 client.request(18, 0)
@@ -378,8 +374,6 @@ class ExternalTarget(Target):
             ) from exc
 
     def _raw_metadata(self) -> tuple[dict[int, tuple[str, int]], str | None]:
-        from reference_impl.client.raw_client import ClusterClient
-
         with ClusterClient(self._bootstrap, timeout=self.timeout, security=self._raw_security) as cc:
             md = cc.refresh()
             return dict(cc.nodes), getattr(md, "cluster_id", None)

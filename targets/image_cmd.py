@@ -11,6 +11,11 @@ import argparse
 import sys
 import time
 
+from targets.docker_engine import ensure_engine
+from targets.kafka_image import ensure_image
+from targets.kafka_native.versions import resolve_release
+from targets.target import NotSupportedByTarget, TargetError
+
 EXIT_OK, EXIT_ERROR = 0, 2
 
 
@@ -31,18 +36,12 @@ def _error(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from targets.kafka_native.versions import resolve_release
-    from targets.target import NotSupportedByTarget, TargetError
-
     try:
         release = resolve_release(args.kafka)
     except ValueError as exc:
         return _error(str(exc))
     t0 = time.monotonic()
     try:
-        from targets.docker_engine import ensure_engine
-        from targets.kafka_image import ensure_image
-
         ensure_engine()
         tag, source = ensure_image(release.version, rebuild=args.rebuild)
     except NotSupportedByTarget as exc:

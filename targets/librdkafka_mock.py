@@ -41,6 +41,11 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
+import confluent_kafka
+import confluent_kafka.cimpl  # noqa: F401  (loads the bundled librdkafka _candidate_libraries looks for)
+from confluent_kafka import Producer, libversion
+from confluent_kafka.admin import AdminClient
+
 from targets.target import (
     NotSupportedByTarget,
     Target,
@@ -131,9 +136,6 @@ _api_error: NotSupportedByTarget | None = None
 def _candidate_libraries() -> list[str]:
     """Paths of librdkafka, the one confluent-kafka loaded first."""
     out: list[str] = []
-    import confluent_kafka  # noqa: F401  (loads cimpl and its bundled librdkafka)
-    import confluent_kafka.cimpl  # noqa: F401
-
     maps = Path("/proc/self/maps")
     if maps.exists():
         for line in maps.read_text().splitlines():
@@ -259,8 +261,6 @@ class _ConfigHolder:
     """A confluent-kafka Producer with test.mock.num.brokers; it owns the mock cluster."""
 
     def __init__(self, brokers: int, rtt_ms: int | None, timeout: float) -> None:
-        from confluent_kafka import Producer
-
         conf: dict[str, Any] = {
             "test.mock.num.brokers": brokers,
             "client.id": "kipcheck-mock-holder",
@@ -323,8 +323,6 @@ class LibrdkafkaMockTarget(Target):
     @property
     def version(self) -> str:
         try:
-            from confluent_kafka import libversion
-
             return f"librdkafka-{libversion()[0]}"
         except Exception:  # noqa: BLE001
             return "librdkafka"
@@ -375,8 +373,6 @@ class LibrdkafkaMockTarget(Target):
         Not targets.target.wait_until_ready: its ClusterClient asks ApiVersions v3 and the
         mock answers only up to v2 (see docs/targets.md).
         """
-        from confluent_kafka.admin import AdminClient
-
         deadline = time.monotonic() + self.timeout
         last: Exception | None = None
         while time.monotonic() < deadline:

@@ -22,6 +22,9 @@ import threading
 import time
 from typing import Any, TextIO
 
+from targets.factory import create_target
+from targets.target import NotSupportedByTarget
+
 EXIT_OK = 0
 EXIT_TEARDOWN_FAILED = 1
 EXIT_START_FAILED = 2
@@ -61,9 +64,6 @@ def target_up(
     `stop_event` lets an in-process caller (tests) stop it without a signal; signal handlers
     are only installed when called from the main thread.
     """
-    from targets.target import NotSupportedByTarget
-    from targets.factory import create_target
-
     err = sys.stderr if err is None else err
     stop = stop_event or threading.Event()
     received: list[str] = []

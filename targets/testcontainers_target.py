@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import atexit
 import base64
-import http.client
 import os
 import signal
 import socket
-import ssl
 import subprocess
 import sys
 import tempfile
@@ -37,7 +35,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from targets.target import NotSupportedByTarget, Target, TargetError, TargetSpec
+from targets.docker_engine import LABEL_OWNER, LABEL_RUN, ensure_engine, remove_labelled
+from targets.target import NotSupportedByTarget, Target, TargetError, TargetSpec, probe_capabilities
+from reference_impl.client.raw_client import ClusterClient
+from targets.kafka_image import ensure_image
+from targets.kafka_native.config import cluster_defaults, format_features
+from targets.kafka_native.versions import resolve_release
 
 DEFAULT_REPOSITORY = "apache/kafka"
 DEFAULT_TAG = "4.4.0"
@@ -49,145 +52,12 @@ DEFAULT_STARTUP_TIMEOUT_S = 600
 START_ATTEMPTS = 2
 STALL_S = 120.0
 PAUSE_ATTEMPTS = 5
-ENGINE_PING_TIMEOUT_S = 3.0
-
-
-class DockerUnavailable(NotSupportedByTarget):
-    """No Docker engine answers; the reason names where it was looked for."""
 
 
 class TestcontainersNotInstalled(NotSupportedByTarget):
     """The optional testcontainers package is missing."""
 
     __test__ = False  # not a pytest test class despite the name
-
-
-# --- Docker engine detection ------------------------------------------------------------
-
-
-def _testcontainers_properties_host() -> str | None:
-    path = Path.home() / ".testcontainers.properties"
-    try:
-        for line in path.read_text().splitlines():
-            key, sep, value = line.partition("=")
-            if sep and key.strip() == "docker.host" and value.strip():
-                return value.strip()
-    except OSError:
-        pass
-    return None
-
-
-def _docker_context_host() -> str | None:
-    """The endpoint of the docker CLI's current context (needs no engine)."""
-    try:
-        out = subprocess.run(
-            ["docker", "context", "inspect", "--format", "{{.Endpoints.docker.Host}}"],
-            capture_output=True, text=True, timeout=5, check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    host = out.stdout.strip()
-    return host if out.returncode == 0 and host else None
-
-
-def docker_host_candidates() -> list[tuple[str, str]]:
-    """(url, where it came from), in the order testcontainers/docker-py would use them."""
-    env = os.environ.get("DOCKER_HOST")
-    if env:
-        return [(env, "DOCKER_HOST")]
-    props = _testcontainers_properties_host()
-    if props:
-        return [(props, "~/.testcontainers.properties docker.host")]
-    out: list[tuple[str, str]] = []
-    ctx = _docker_context_host()
-    if ctx:
-        out.append((ctx, "docker context"))
-    defaults = ["/var/run/docker.sock"]
-    if os.environ.get("XDG_RUNTIME_DIR"):
-        defaults.append(os.path.join(os.environ["XDG_RUNTIME_DIR"], "docker.sock"))
-    defaults += [str(Path.home() / ".docker/run/docker.sock"), str(Path.home() / ".docker/desktop/docker.sock")]
-    for path in defaults:
-        url = f"unix://{path}"
-        if all(url != u for u, _ in out) and (path == "/var/run/docker.sock" or os.path.exists(path)):
-            out.append((url, "default socket"))
-    return out
-
-
-class _UnixHTTPConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self._path)
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
-
-
-def _tls_context() -> ssl.SSLContext:
-    ctx = ssl.create_default_context()
-    cert_path = os.environ.get("DOCKER_CERT_PATH") or str(Path.home() / ".docker")
-    ca, cert, key = (os.path.join(cert_path, n) for n in ("ca.pem", "cert.pem", "key.pem"))
-    if os.path.exists(ca):
-        ctx.load_verify_locations(ca)
-    if os.path.exists(cert) and os.path.exists(key):
-        ctx.load_cert_chain(cert, key)
-    if os.environ.get("DOCKER_TLS_VERIFY", "") in ("", "0"):
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-    return ctx
-
-
-def ping_docker(url: str, timeout: float = ENGINE_PING_TIMEOUT_S) -> str:
-    """GET /_ping on a Docker engine URL; returns the API version, raises OSError/ValueError."""
-    parsed = urlparse(url)
-    if parsed.scheme == "unix":
-        conn: http.client.HTTPConnection = _UnixHTTPConnection(parsed.path, timeout)
-    elif parsed.scheme in ("tcp", "http", "https"):
-        host, port = parsed.hostname or "localhost", parsed.port or 2375
-        tls = parsed.scheme == "https" or os.environ.get("DOCKER_TLS_VERIFY") not in (None, "", "0") or port == 2376
-        conn = (
-            http.client.HTTPSConnection(host, port, timeout=timeout, context=_tls_context())
-            if tls
-            else http.client.HTTPConnection(host, port, timeout=timeout)
-        )
-    else:
-        raise ValueError(f"{parsed.scheme}:// Docker hosts are not checked by kipcheck")
-    try:
-        conn.request("GET", "/_ping")
-        resp = conn.getresponse()
-        body = resp.read(64)
-        if resp.status != 200:
-            raise OSError(f"GET /_ping answered HTTP {resp.status} {body!r}")
-        return resp.getheader("Api-Version") or "unknown"
-    finally:
-        conn.close()
-
-
-def docker_engine() -> tuple[str, str]:
-    """(url, api_version) of the first Docker engine that answers; DockerUnavailable otherwise."""
-    failures = []
-    for url, source in docker_host_candidates():
-        try:
-            return url, ping_docker(url)
-        except (OSError, ValueError, http.client.HTTPException) as exc:
-            reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-            failures.append(f"{url} ({source}): {reason}")
-    raise DockerUnavailable("no Docker engine reachable: " + "; ".join(failures))
-
-
-def docker_available() -> tuple[bool, str]:
-    """(True, description) or (False, reason): for skip conditions."""
-    try:
-        url, api = docker_engine()
-        return True, f"Docker engine at {url} (API {api})"
-    except DockerUnavailable as exc:
-        return False, exc.reason
 
 
 # --- the target ---------------------------------------------------------------------------
@@ -202,8 +72,6 @@ def resolve_image(version: str | None) -> str:
     if not version:
         return DEFAULT_IMAGE
     if "/" not in version and ":" not in version and version[:1].isdigit():
-        from targets.kafka_native.versions import resolve_release
-
         try:
             return f"{DEFAULT_REPOSITORY}:{resolve_release(version).version}"
         except ValueError:  # a tag kipcheck does not pin: only a registry can have it
@@ -236,8 +104,6 @@ def node_properties(release: Any, node_id: int, nodes: int, port: int, host: str
     """One combined broker+controller: the client listener on the same port inside as outside
     (advertised as host:port), a separate INTERNAL listener for inter-broker traffic on the
     cluster network, a static controller quorum over that network."""
-    from targets.kafka_native.config import cluster_defaults
-
     alias = f"kafka-{node_id}"
     props = {
         "node.id": str(node_id),
@@ -290,7 +156,7 @@ def _configure_testcontainers() -> None:
     os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
     if os.path.exists("/.dockerenv"):
         os.environ.setdefault("TESTCONTAINERS_CONNECTION_MODE", "docker_host")
-    from testcontainers.core.config import testcontainers_config as c
+    from testcontainers.core.config import testcontainers_config as c  # optional heavy dependency: only a container start needs it
 
     c._ryuk_disabled = os.environ["TESTCONTAINERS_RYUK_DISABLED"].lower() in ("1", "true", "yes")
 
@@ -347,21 +213,17 @@ class TestcontainersTarget(Target):
 
     @property
     def labels(self) -> dict[str, str]:
-        from targets.docker_engine import LABEL_OWNER, LABEL_RUN
-
         return {LABEL_OWNER: str(os.getpid()), LABEL_RUN: self.run_id}
 
     def start(self) -> None:
         if self._containers:
             return
         t0 = time.monotonic()
-        from targets.docker_engine import ensure_engine, remove_labelled
-
         url, api = ensure_engine()  # DockerUnavailable when no engine can be had
         self.engine = f"{url} (API {api})"
         try:
             _configure_testcontainers()
-            from testcontainers.core.container import DockerContainer
+            from testcontainers.core.container import DockerContainer  # optional heavy dependency (see _configure_testcontainers)
         except ImportError as exc:
             raise TestcontainersNotInstalled(
                 f"the testcontainers package is not importable (reinstall kipcheck: pip install -e .): {exc}"
@@ -412,11 +274,7 @@ class TestcontainersTarget(Target):
         return "\n".join(out)
 
     def _start_apache(self, DockerContainer: Any, host: str) -> None:
-        from testcontainers.core.network import Network
-
-        from targets.kafka_image import ensure_image
-        from targets.kafka_native.config import format_features
-        from targets.kafka_native.versions import resolve_release
+        from testcontainers.core.network import Network  # optional heavy dependency (see _configure_testcontainers)
 
         repo, _, tag = self.image.partition(":")
         try:
@@ -454,7 +312,7 @@ class TestcontainersTarget(Target):
         self._bootstrap = ",".join(f"{host}:{self._ports[i]}" for i in self.node_ids)
 
     def _start_confluent(self) -> None:
-        from testcontainers.kafka import KafkaContainer
+        from testcontainers.kafka import KafkaContainer  # optional heavy dependency (see _configure_testcontainers)
 
         container = KafkaContainer(self.image).with_kwargs(labels=self.labels)
         if hasattr(container, "with_kraft"):
@@ -470,8 +328,6 @@ class TestcontainersTarget(Target):
         """Every node answers ApiVersions and Metadata lists all brokers (within the timeout).
         A loaded machine may need minutes, so the wait lasts while the brokers make progress;
         a container that exited or logged nothing for STALL_S fails at once (start retries)."""
-        from reference_impl.client.raw_client import ClusterClient
-
         deadline = time.monotonic() + (self.startup_timeout if timeout is None else timeout)
         watch = _Progress(self, node_ids)
         pending, last = list(node_ids), None
@@ -494,9 +350,6 @@ class TestcontainersTarget(Target):
 
     def _answers(self, node_id: int) -> bool:
         """One ApiVersions + Metadata round trip to the node's published port."""
-        from targets.target import probe_capabilities
-        from reference_impl.client.raw_client import ClusterClient
-
         try:
             probe_capabilities(self.node_bootstrap(node_id), timeout=5.0)
             with ClusterClient(self.node_bootstrap(node_id), timeout=5.0) as cc:
@@ -614,7 +467,7 @@ class TestcontainersTarget(Target):
         """docker pause (cgroup freezer): connections stay open, nothing answers. The freezer
         can fail transiently ("unable to freeze": a task in uninterruptible sleep, seen in CI);
         the pause is retried, and still failing it raises."""
-        import docker.errors
+        import docker.errors  # optional heavy dependency, comes with testcontainers
 
         for attempt in range(PAUSE_ATTEMPTS):
             try:
@@ -694,10 +547,7 @@ def _spawn_watcher(run_id: str) -> subprocess.Popen:
 
 __all__ = [
     "DEFAULT_IMAGE",
-    "DockerUnavailable",
     "TestcontainersNotInstalled",
     "TestcontainersTarget",
-    "docker_available",
-    "docker_engine",
     "resolve_image",
 ]

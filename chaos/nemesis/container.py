@@ -20,7 +20,9 @@ import time
 from typing import Any
 
 from chaos.nemesis.base import FaultRecord, FaultSpec
-from targets.target import NotSupportedByTarget
+from targets.target import NotSupportedByTarget, probe_capabilities
+from reference_impl.client.raw_client import ClusterClient
+from targets.testcontainers_target import INTERNAL_PORT, TestcontainersTarget
 
 PROBE_TIMEOUT_S = 3.0
 NSENTER_TIMEOUT_S = 30.0
@@ -60,8 +62,6 @@ class ContainerNemesis:
         """Nothing to put in place before start: containers are reached by name."""
 
     def setup(self, target: Any) -> None:
-        from targets.testcontainers_target import TestcontainersTarget
-
         if not isinstance(target, TestcontainersTarget):
             raise NotSupportedByTarget(f"container faults need the testcontainers target, not {target.kind}")
         self.target = target
@@ -110,8 +110,6 @@ class ContainerNemesis:
         return tuple(ids[: count[spec.target]])
 
     def _resolve_role(self, spec: FaultSpec) -> int:
-        from reference_impl.client.raw_client import ClusterClient
-
         with ClusterClient(self.target.bootstrap_servers, timeout=10.0) as cc:
             if spec.role in _COORDINATOR_KEY_TYPES:
                 key = spec.param("key") or spec.param("transactional_id") or spec.param("group_id")
@@ -138,8 +136,6 @@ class ContainerNemesis:
     # -- kill / pause / restart -------------------------------------------------------
 
     def _node_answers(self, node: int) -> bool:
-        from targets.target import probe_capabilities
-
         try:
             probe_capabilities(self.target.node_bootstrap(node), timeout=PROBE_TIMEOUT_S)
             return True
@@ -217,8 +213,6 @@ class ContainerNemesis:
         return {ip: seen.get(f"{ip}:{port}") == "open" for ip in ips}
 
     def _probe_links(self, nets: dict[int, tuple[int, str]], links: list[tuple[int, int]]) -> dict[str, bool]:
-        from targets.testcontainers_target import INTERNAL_PORT
-
         result = {}
         for a in sorted({a for a, _ in links}):
             peers = [b for x, b in links if x == a]

@@ -22,7 +22,10 @@ from chaos.nemesis.base import FaultRecord, FaultSpec
 from chaos.nemesis.common import TargetInjector
 from targets.target import NotSupportedByTarget
 from reference_impl.protocol.api_keys import ApiKey
-from reference_impl.protocol.schemas import decode_tolerant_response
+from reference_impl.protocol.framing import decode_tolerant_response
+from reference_impl.client.raw_client import ClusterClient
+from reference_impl.client.transactional_producer import TransactionalProducer
+from reference_impl.protocol import framing, payloads
 
 TRANSACTION_KEY_TYPE = 1  # FindCoordinator key type of transactional ids
 HIJACK_TIMEOUT_S = 30.0
@@ -56,7 +59,6 @@ class HijackNemesis(TargetInjector):
         tid = spec.param("transactional_id") or (self.rng.choice(tids) if tids else None)
         if tid is None:
             raise NotSupportedByTarget("hijack needs a workload with transactional ids (the copier)")
-        from reference_impl.client.transactional_producer import TransactionalProducer
         bootstrap = self.admin_bootstrap()
         before = _wait_initialised(bootstrap, tid)
         record = self.start_record(spec, ())
@@ -102,8 +104,6 @@ def describe_producer(bootstrap: str, transactional_id: str, timeout_s: float = 
 
     The response is read with the generated tolerant class (schemas.tolerant_response):
     kio refuses the -1 TransactionStartTimeMs Kafka sends when no transaction started."""
-    from reference_impl.client.raw_client import ClusterClient
-    from reference_impl.protocol import framing, payloads
     deadline = time.monotonic() + timeout_s
     with ClusterClient(bootstrap, timeout=timeout_s) as cc:
         while True:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import time
 
+from kio.schema.api_versions.v0.request import ApiVersionsRequest
+
 from reference_impl.client.raw_client import RawClient
+from reference_impl.protocol import framing
 
 
 def api_versions_ok(host: str, port: int, timeout_s: float = 2.0) -> tuple[bool, str]:
@@ -41,10 +44,6 @@ def wait_answering(host: str, port: int, timeout_s: float) -> bool:
 
 def api_versions_exchange(host: str, port: int, timeout_s: float = 10.0) -> tuple[float, int] | None:
     """(seconds, response bytes) of one ApiVersions v0 round trip on a fresh connection."""
-    from kio.schema.api_versions.v0.request import ApiVersionsRequest
-
-    from reference_impl.protocol import framing
-
     t0 = time.monotonic()
     try:
         with RawClient(host, port, timeout=timeout_s) as client:

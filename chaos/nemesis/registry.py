@@ -10,19 +10,19 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from chaos.nemesis.base import Nemesis
+from chaos.nemesis.container import ContainerNemesis
+from chaos.nemesis.hijack import HijackNemesis
+from chaos.nemesis.network import NetworkNemesis
+from chaos.nemesis.process import ProcessNemesis
+from chaos.nemesis.request import RequestNemesis
 
 
 def _factories(target: Any = None) -> dict[str, Any]:
     """Fault kind -> injector class. On containerized targets the container injector takes
     the kinds it has (its ``partition`` cuts brokers from each other, which no proxy in
     front of the client listeners can)."""
-    from chaos.nemesis.hijack import HijackNemesis
-    from chaos.nemesis.network import NetworkNemesis
-    from chaos.nemesis.process import ProcessNemesis
-    from chaos.nemesis.request import RequestNemesis
     classes: list[Any] = [ProcessNemesis, NetworkNemesis, RequestNemesis, HijackNemesis]
     if getattr(target, "kind", None) == "testcontainers":
-        from chaos.nemesis.container import ContainerNemesis
         classes.insert(0, ContainerNemesis)
     out: dict[str, Any] = {}
     for cls in classes:

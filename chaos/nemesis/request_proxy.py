@@ -16,6 +16,7 @@ from typing import Any
 
 from targets.target import NotSupportedByTarget
 from reference_impl.client.raw_client import ClusterClient
+from replay.proxy import ThreadedCaptureProxy
 
 _PLAINTEXT = (None, "", "PLAINTEXT", "plaintext")
 
@@ -45,8 +46,6 @@ class RequestProxy:
         self._threaded: Any = None
 
     def start(self) -> "RequestProxy":
-        from replay.proxy import ThreadedCaptureProxy
-
         upstream = ",".join(f"{h}:{p}" for _, (h, p) in sorted(self.nodes.items()))
         self._threaded = ThreadedCaptureProxy(upstream, "127.0.0.1:0", None).start()
         proxy = self._threaded.proxy

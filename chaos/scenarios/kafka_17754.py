@@ -26,9 +26,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 from kio.schema.errors import ErrorCode
 
 from reference_impl.protocol.api_keys import ApiKey
+from clients import confluent
+from clients.confluent import quiet_config as _config
+from reference_impl.client.raw_client import ClusterClient
+from reference_impl.client.transactional_producer import TransactionalProducer
+from reference_impl.protocol import framing, payloads
+from targets.factory import create_target
 
 TRANSACTION_KEY_TYPE = 1
 READ_TIMEOUT_S = 20.0
@@ -55,11 +62,6 @@ class Outcome:
 
 def run(target: Any, target_spec: str, tag: str | None = None, transaction_version: str | int = "auto") -> Outcome:
     """The scenario on a started target; ``transaction_version`` 1 forces a TV1 client."""
-    from clients import confluent
-    from reference_impl.client.raw_client import ClusterClient
-    from reference_impl.client.transactional_producer import TransactionalProducer
-    from reference_impl.protocol import framing, payloads
-
     tag = tag or uuid.uuid4().hex[:8]
     topic, tid = f"kafka-17754-{tag}", f"kafka-17754-{tag}"
     confluent.create_topic(target, topic, partitions=1)
@@ -123,9 +125,6 @@ def judge(out: Outcome) -> Outcome:
 
 def read_committed(target: Any, topic: str, timeout_s: float = READ_TIMEOUT_S) -> list[str]:
     """Values a read_committed consumer sees in partition 0, up to the end of the log."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
-
-    from clients.confluent import quiet_config as _config
     c = Consumer(_config(target, {"group.id": f"{topic}-reader", "isolation.level": "read_committed",
                                   "enable.auto.commit": False, "enable.partition.eof": True}))
     seen: list[str] = []
@@ -148,7 +147,6 @@ def read_committed(target: Any, topic: str, timeout_s: float = READ_TIMEOUT_S) -
 
 def run_spec(target_spec: str, out_dir: Path, transaction_version: str | int = "auto") -> Outcome:
     """Start the target, run the scenario, write ``scenario.json``."""
-    from targets.factory import create_target
     target = create_target(target_spec)
     target.start()
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -44,8 +45,6 @@ def test_kafka_native_option_validates_ports():
 
 
 def test_reference_keeps_advertised_port_across_restart():
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         fake_proxy_port = s.getsockname()[1]

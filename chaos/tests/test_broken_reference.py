@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from chaos.runner import RunConfig, run
 from reference_impl.model import seeded_bugs as bugs
+from conformance.power import select_bugs
 
 SEED, TIME_LIMIT_S = 3, 20
 OPTIONS = {"replication_factor": 2, "max_ops": 2000}
@@ -33,8 +34,6 @@ def test_chaos_run_of_the_broken_reference_finds_a_lost_write(tmp_path):
 
 
 def test_the_chaos_only_bugs_are_left_out_of_the_calm_power_matrix():
-    from conformance.power import select_bugs
-
     assert {bugs.TXN_COMMIT_ABORTED_ON_DOWN_REPLICA, bugs.SHARE_LEADER_MOVE_FORGETS_STATE} <= bugs.CHAOS_ONLY
     assert not {b.name for b in select_bugs(None)} & bugs.CHAOS_ONLY
     assert [b.name for b in select_bugs(bugs.SHARE_LEADER_MOVE_FORGETS_STATE)] == [bugs.SHARE_LEADER_MOVE_FORGETS_STATE]

@@ -12,11 +12,16 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
-from chaos.nemesis.base import FaultSpec, Nemesis
+from chaos.nemesis.base import FaultSpec, NEMESIS_PROCESS, Nemesis
 from chaos.nemesis.container import ContainerNemesis
 from targets.target import NotSupportedByTarget
 from targets.factory import create_target
+from checkers.history import NEMESIS_FS
+from checkers.recorder import Recorder
+from reference_impl.client.raw_client import ClusterClient
 
 # A container start waits while the brokers make progress: up to two attempts of 600 s.
 pytestmark = pytest.mark.deadline(1300)
@@ -48,15 +53,11 @@ def nemesis(cluster) -> Iterator[ContainerNemesis]:
 
 
 def _create_topic(cluster, topic: str) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
     admin = AdminClient(cluster.client_config())
     admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=3)])[topic].result(60)
 
 
 def _producer(cluster, tid: str):
-    from confluent_kafka import Producer
-
     p = Producer({**cluster.client_config(), "transactional.id": tid, "transaction.timeout.ms": 60000,
                   "message.timeout.ms": 60000, "socket.timeout.ms": 10000})
     p.init_transactions(120)
@@ -85,8 +86,6 @@ def _sends(topic: str, value: int) -> list:
 
 def _coordinator_seen_by_majority(cluster, tid: str, isolated: int) -> tuple[int, int]:
     """FindCoordinator(key type 1) asked to a broker on the other side of the cut."""
-    from reference_impl.client.raw_client import ClusterClient
-
     other = next(n for n in cluster.node_ids if n != isolated)
     with ClusterClient(cluster.node_bootstrap(other), timeout=10.0) as cc:
         return cc.find_coordinator(tid, 1)
@@ -97,12 +96,6 @@ def test_partition_isolating_the_txn_coordinator(cluster, nemesis) -> None:
     coordinator with effective=True, the transaction whose commit falls in the window does
     not complete ok inside it (unless a majority-side coordinator took over), and one
     commits after the heal."""
-    from confluent_kafka import KafkaException
-
-    from checkers.history import NEMESIS_FS
-    from chaos.nemesis.base import NEMESIS_PROCESS
-    from checkers.recorder import Recorder
-
     topic, tid = f"kc-part-{uuid.uuid4().hex[:8]}", f"kc-tid-{uuid.uuid4().hex[:8]}"
     rec = Recorder()
     _create_topic(cluster, topic)
@@ -163,8 +156,6 @@ def test_partition_isolating_the_txn_coordinator(cluster, nemesis) -> None:
 
 def _recover(cluster, p, tid: str, topic: str, during: dict, rec) -> None:
     """After the heal the pending commit completes on retry, or is aborted (recorded fail)."""
-    from confluent_kafka import KafkaException
-
     deadline, last = time.monotonic() + 240, None
     while time.monotonic() < deadline:
         try:

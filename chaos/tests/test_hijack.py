@@ -4,6 +4,8 @@ judges the zombie's operations recorded after it."""
 
 from __future__ import annotations
 
+import pytest
+
 from checkers.history import HistoryBuilder, send
 from chaos.nemesis.base import FaultSpec
 from chaos.nemesis.hijack import HijackNemesis, describe_producer, hijack_process, hijackers_of
@@ -11,6 +13,8 @@ from checkers.recorder import Recorder
 from chaos.workloads.copier import _in_init_order
 from targets.factory import create_target
 from reference_impl.client.transactional_producer import TransactionalProducer
+from checkers.fencing import fenced_ok_cases
+from targets.target import NotSupportedByTarget
 
 
 class _Workload:
@@ -44,8 +48,6 @@ def test_hijack_bumps_the_epoch_and_fences_the_zombie():
 
 
 def test_no_transactional_workload_means_the_fault_cannot_run():
-    import pytest
-    from targets.target import NotSupportedByTarget
     nem = HijackNemesis()
     nem.bind(object(), Recorder())
     with pytest.raises(NotSupportedByTarget):
@@ -59,7 +61,6 @@ def test_zombie_ok_after_the_hijack_is_fenced_ok():
     b.ok("copier-1", send("b-0", "y", offset=1))    # the zombie still committed
     b.ok("copier-2", send("b-0", "z", offset=2))    # the next copier fences the hijacker: fine
     h = b.build()
-    from checkers.fencing import fenced_ok_cases
     order = _in_init_order(h, ["copier-1", "copier-2"] + hijackers_of(h, "t"))
     assert order == ["copier-1", hijack_process("t", 1), "copier-2"]
     errs = fenced_ok_cases(h, {"t": order})

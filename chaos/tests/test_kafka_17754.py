@@ -6,10 +6,13 @@ invisible to read_committed)."""
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from chaos.scenarios import kafka_17754
 from targets.factory import create_target
+from chaos import chaos_cmd
 
 
 @pytest.fixture(scope="module")
@@ -40,9 +43,6 @@ def test_judge_names_each_outcome():
 
 
 def test_unknown_scenario_is_one_line_exit_2(capsys):
-    import argparse
-
-    from chaos import chaos_cmd
     p = argparse.ArgumentParser()
     chaos_cmd.add_arguments(p)
     assert chaos_cmd.run(p.parse_args(["--scenario", "nope"])) == chaos_cmd.EXIT_COULD_NOT_RUN

@@ -1,11 +1,15 @@
 """The injector registry refuses unknown kinds; the recorder keeps one ordered history,
 merges ops recorded elsewhere by time and closes what was left open as info."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from chaos.nemesis.base import Nemesis
 from chaos.nemesis.registry import known_kinds, nemeses_for
 from checkers.recorder import Recorder
+from chaos.nemesis.container import ContainerNemesis
+from chaos.nemesis.network import NetworkNemesis
 
 
 def test_registry():
@@ -18,11 +22,6 @@ def test_registry():
 
 def test_registry_routes_partition_by_target_kind():
     """Containerized targets cut brokers from each other; others cut clients at a proxy."""
-    from types import SimpleNamespace
-
-    from chaos.nemesis.container import ContainerNemesis
-    from chaos.nemesis.network import NetworkNemesis
-
     [container] = nemeses_for(SimpleNamespace(kind="testcontainers"), ["partition"])
     [network] = nemeses_for(SimpleNamespace(kind="kafka-native"), ["partition"])
     assert isinstance(container, ContainerNemesis) and isinstance(network, NetworkNemesis)

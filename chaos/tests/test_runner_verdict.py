@@ -2,18 +2,19 @@
 bite makes the run unknown, never valid; unseen writes are liveness, reported apart;
 anomalies name catalog requirements; report.html is self-contained."""
 
-from pathlib import Path
+import threading
+import time
 
-import yaml
+import pytest
 
-from checkers.kafka_queue import check
+from checkers.kafka_queue import ANOMALIES, check
 from checkers.requirements import REQUIREMENTS
 from checkers.result import compose
 from checkers.history import HistoryBuilder, poll, send
 from chaos.report import render
-from chaos.runner import verdict
+from chaos.runner import CouldNotRun, RunConfig, _wait_ready, run, verdict
+from registers.catalog import get_catalog
 
-REPO = Path(__file__).resolve().parents[2]
 GOOD_FAULT = {"fault": "kill", "nodes": [1], "effective": True, "evidence": "refused", "error": None}
 
 
@@ -56,13 +57,9 @@ def test_unseen_is_liveness_and_lost_write_is_safety_with_requirements():
 
 
 def test_every_requirement_id_is_in_the_catalog():
-    ids = set()
-    for f in (REPO / "conformance" / "catalog").glob("*.yaml"):
-        data = yaml.safe_load(f.read_text())
-        ids |= {r["id"] for r in (data.get("requirements", data) if isinstance(data, dict) else data)}
-    missing = {t: r for t, reqs in REQUIREMENTS.items() for r in reqs if r not in ids}
+    catalog = get_catalog()
+    missing = {t: r for t, reqs in REQUIREMENTS.items() for r in reqs if r not in catalog}
     assert not missing
-    from checkers.kafka_queue import ANOMALIES
     assert set(ANOMALIES) <= set(REQUIREMENTS)
 
 
@@ -76,10 +73,6 @@ def test_report_is_self_contained_svg():
 
 def test_a_fault_the_target_cannot_inject_ends_the_run_as_could_not_run(tmp_path):
     """pause on the reference (its nodes share one ticker): exit 2, never an "unknown" run."""
-    import pytest
-
-    from chaos.runner import CouldNotRun, RunConfig, run
-
     cfg = RunConfig(target="reference:nodes=3", workload="queue", faults="pause", seed=1, time_limit_s=20,
                     out=tmp_path, workload_options={"max_ops": 100_000})
     with pytest.raises(CouldNotRun, match="not supported by target: pause: reference cannot pause"):
@@ -87,11 +80,6 @@ def test_a_fault_the_target_cannot_inject_ends_the_run_as_could_not_run(tmp_path
 
 
 def test_the_schedule_waits_for_the_workload_to_be_ready_but_not_forever():
-    import threading
-    import time
-
-    from chaos.runner import _wait_ready
-
     class Workload:
         def __init__(self, after_s):
             self.t0, self.after_s = time.monotonic(), after_s

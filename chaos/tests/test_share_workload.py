@@ -6,6 +6,8 @@ acknowledgement, KIP-932 STATE.005/STATE.008)."""
 
 from __future__ import annotations
 
+from kio.schema.errors import ErrorCode
+
 from clients.outcomes import FAIL, INFO, classify
 from chaos.runner import RunConfig, run
 from chaos.workloads import make_workload
@@ -22,7 +24,6 @@ def _run(faults: str, out) -> dict:
 
 
 def test_share_outcomes_refused_ack_is_fail_timeout_is_info():
-    from kio.schema.errors import ErrorCode
     assert classify("share_ack", ErrorCode.invalid_record_state).type == FAIL
     assert classify("share_ack", TimeoutError()).type == INFO
     assert classify("share_fetch", ConnectionError()).type == INFO  # it may have acquired

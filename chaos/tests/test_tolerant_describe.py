@@ -10,7 +10,8 @@ from kio.schema.errors import ErrorCode
 from chaos.nemesis.hijack import _first_state
 from reference_impl.protocol import framing
 from reference_impl.protocol.api_keys import ApiKey
-from reference_impl.protocol.schemas import decode_tolerant_response, tolerant_response
+from reference_impl.protocol.framing import decode_tolerant_response
+from reference_impl.protocol.schemas import tolerant_response
 
 DESCRIBE = ApiKey.DESCRIBE_TRANSACTIONS
 

@@ -7,18 +7,19 @@ last heal) and ``check(history)`` (its checkers under its policy).
 
 from __future__ import annotations
 
+from chaos.workloads.copier import CopierWorkload
+from chaos.workloads.queue import QueueWorkload
+from chaos.workloads.share import ShareWorkload
+
 WORKLOADS = ("queue", "copier", "share")
 
 
 def make_workload(name: str, seed: int, **options):
     """The workload called ``name`` (ValueError for an unknown one)."""
     if name == "queue":
-        from chaos.workloads.queue import QueueWorkload
         return QueueWorkload(seed, **options)
     if name == "copier":
-        from chaos.workloads.copier import CopierWorkload
         return CopierWorkload(seed, **options)
     if name == "share":
-        from chaos.workloads.share import ShareWorkload
         return ShareWorkload(seed, **options)
     raise ValueError(f"unknown workload {name!r}; expected one of {', '.join(WORKLOADS)}")

@@ -17,18 +17,23 @@ import os
 import random
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from checkers.kafka_queue import EXACTLY_ONCE, check
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+from checkers.kafka_queue import EXACTLY_ONCE, check, input_identity
 from checkers.result import compose
 from clients.outcomes import OK, classify
 from checkers.history import History
 from chaos.nemesis.hijack import hijackers_of
 from clients.confluent import quiet_config as _config
 from checkers.recorder import Recorder, read_jsonl
+from checkers import fencing
+from clients import confluent
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENTS = {"confluent": ("confluent", "auto"), "reference-tv2": ("reference", "2"),
@@ -54,10 +59,8 @@ class CopierWorkload:
         self._values = itertools.count(1)
 
     def setup(self, target: Any, recorder: Recorder) -> None:
-        from clients import confluent
         self.target, self.rec = target, recorder
         if self.workdir is None:
-            import tempfile
             self.workdir = Path(tempfile.mkdtemp(prefix="kipcheck-copier-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.copier_history = self.workdir / "copier-history.jsonl"
@@ -86,7 +89,6 @@ class CopierWorkload:
 
     def _feed(self, stop: threading.Event) -> None:
         """Idempotent sends of unique values to A, one op per record, at ``feed_rate``/s."""
-        from confluent_kafka import Producer
         rng = random.Random(self.seed)
         producer = Producer(_config(self.target, {"enable.idempotence": True,
                                                                "message.timeout.ms": 8000}))
@@ -162,7 +164,6 @@ class CopierWorkload:
         self._final_read(self.output)
 
     def _final_read(self, topic: str, timeout_s: float = 60.0) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
         c = Consumer(_config(self.target, {"group.id": f"{self.group}-final", "enable.auto.commit": False,
                                                        "isolation.level": "read_committed"}))
         keys = [f"{topic}-{p}" for p in range(self.partitions)]
@@ -194,7 +195,6 @@ class CopierWorkload:
         return [self.tid]
 
     def check(self, history: History) -> dict:
-        from checkers import fencing
         incarnations = {self.tid: _in_init_order(history, [f"copier-{k}" for k in range(1, self.incarnations + 1)]
                                                  + hijackers_of(history, self.tid))}
         return compose({"attempts": check(history, allowed=EXACTLY_ONCE),
@@ -212,32 +212,8 @@ def _in_init_order(history: History, processes: list[str]) -> list[str]:
 
 
 def _caught_up(consumer: Any, topic: str, partitions: int) -> bool:
-    from confluent_kafka import TopicPartition
     for tp in consumer.position([TopicPartition(topic, p) for p in range(partitions)]):
         _, high = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=5)
         if high > 0 and tp.offset < high:
             return False
     return True
-
-
-def input_identity(history: History, output: str) -> History:
-    """The history by input identity: a copied value loses its ``|<attempt>`` tag and the
-    copier's own sends are dropped, so one input record copied twice into B is one value
-    at two offsets of B (the checker's ``duplicate``, KIP-98.EOS.001)."""
-    prefix = f"{output}-"
-
-    def project(value: Any) -> Any:
-        if not isinstance(value, list):
-            return value
-        out = []
-        for m in value:
-            if m[0] == "send" and m[1].startswith(prefix):
-                continue
-            if m[0] == "poll" and len(m) > 1:
-                m = ["poll", {k: [[o, str(v).split("|", 1)[0]] for o, v in pairs] if k.startswith(prefix) else pairs
-                              for k, pairs in m[1].items()}]
-            out.append(m)
-        return out
-
-    return History.from_list([{**op.to_dict(), "value": project(op.value) if op.f in ("txn", "poll", "send")
-                               else op.value} for op in history]).validate()

@@ -19,10 +19,15 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import NewTopic
+
 from checkers.kafka_queue import allowed_error_types, check
 from clients.outcomes import FAIL, INFO, OK, classify
 from clients.confluent import quiet_config as _config
 from checkers.recorder import Recorder
+from checkers.result import compose
+from clients import confluent
 
 CLIENT_TIMEOUT_S = 10.0
 
@@ -71,12 +76,10 @@ class QueueWorkload:
     # ------------------------------------------------------------------ lifecycle
 
     def setup(self, target: Any, recorder: Recorder) -> None:
-        from clients import confluent
         self.target, self.rec = target, recorder
         if self.replication_factor == -1:
             confluent.create_topic(target, self.topic, partitions=self.partitions)
             return
-        from confluent_kafka.admin import NewTopic
         admin = confluent.admin(target)  # kept alive until the topic exists
         futures = admin.create_topics([NewTopic(self.topic, self.partitions, replication_factor=self.replication_factor)])
         futures[self.topic].result(30)
@@ -116,7 +119,6 @@ class QueueWorkload:
             clients.close()
 
     def _do_assign(self, i: int, step: Step, c: "_Clients") -> bool:
-        from confluent_kafka import TopicPartition
         keys = [self._key(p) for p in step.keys]
         inv = self.rec.invoke(i, "assign", keys)
         c.consumer().assign([TopicPartition(self.topic, p) for p in step.keys])
@@ -134,7 +136,6 @@ class QueueWorkload:
         reads: dict[str, list] = {}
         for m in msgs:
             if m.error():
-                from confluent_kafka import KafkaException
                 raise KafkaException(m.error())
             reads.setdefault(self._key(m.partition()), []).append([m.offset(), int(m.value())])
         return ["poll", reads]
@@ -204,7 +205,6 @@ class QueueWorkload:
             results = self._produce(producer, sends)
             bad = [r[2] for r in results if r[2] is not None]
             if bad:
-                from confluent_kafka import KafkaException
                 raise KafkaException(bad[0])
             done += [["send", self._key(p), [off, v]] for (p, off, _), (_, v) in zip(results, sends)]
             value = done
@@ -249,7 +249,6 @@ class QueueWorkload:
     def catch_up(self, timeout_s: float = 60.0) -> None:
         """Read every partition from the start up to its high watermark (read_committed
         reaches it once every transaction is decided), as process ``final``."""
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
         consumer = Consumer(_config(self.target, {"group.id": f"{self.topic}-final", "enable.auto.commit": False,
             "isolation.level": "read_committed", "enable.partition.eof": False}))
         inv = self.rec.invoke("final", "poll", [["poll"]])
@@ -271,7 +270,6 @@ class QueueWorkload:
         self.rec.complete(inv, OK, [["poll", reads]])
 
     def _caught_up(self, consumer: Any) -> bool:
-        from confluent_kafka import TopicPartition
         tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
         for tp in consumer.position(tps):
             _, high = consumer.get_watermark_offsets(TopicPartition(self.topic, tp.partition), timeout=5)
@@ -286,7 +284,6 @@ class QueueWorkload:
         return {"transactional_id": f"{self.topic}-t0", "topic": self.topic, "partition": 0}
 
     def check(self, history) -> dict:
-        from checkers.result import compose
         allowed = allowed_error_types(subscribe=self.subscribe)
         return compose({"queue": check(history, allowed=allowed)})
 
@@ -302,7 +299,6 @@ class _Clients:
         return _config(self.w.target, {**extra})
 
     def transactional(self) -> Any:
-        from confluent_kafka import Producer
         if self._txn is None:
             p = Producer(self._config(**{"transactional.id": f"{self.w.topic}-t{self.i}",
                                          "transaction.timeout.ms": 10000, "message.timeout.ms": 8000,
@@ -312,14 +308,12 @@ class _Clients:
         return self._txn
 
     def idempotent(self) -> Any:
-        from confluent_kafka import Producer
         if self._idem is None:
             self._idem = Producer(self._config(**{"enable.idempotence": True, "message.timeout.ms": 8000,
                                                   "linger.ms": 2}))
         return self._idem
 
     def consumer(self) -> Any:
-        from confluent_kafka import Consumer, TopicPartition
         if self._consumer is None:
             self._consumer = Consumer(self._config(**{
                 "group.id": f"{self.w.topic}-g", "enable.auto.commit": False,

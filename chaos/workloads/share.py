@@ -19,10 +19,17 @@ import threading
 import time
 from typing import Any
 
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka import ShareConsumer as ConfluentShareConsumer
+
 from clients.confluent import quiet_config as _config
 from clients.outcomes import OK, classify
 from checkers.recorder import Recorder
 from checkers.share_history import ShareHistory
+from checkers import share_group
+from checkers.result import compose
+from clients import confluent, share
+from reference_impl.client.share_consumer import AcknowledgeType, ShareConsumer
 
 CLIENTS = ("reference", "confluent")
 LOCK_MS = 10_000  # share.record.lock.duration.ms for the run's group
@@ -59,7 +66,6 @@ class ShareWorkload:
     # ------------------------------------------------------------------ setup
 
     def setup(self, target: Any, recorder: Recorder) -> None:
-        from clients import confluent, share
         share.require_share_groups(target)
         self.target, self.rec = target, recorder
         confluent.create_topic(target, self.topic, partitions=self.partitions)
@@ -115,7 +121,6 @@ class ShareWorkload:
                 self._turn(i, stop_at=None)
 
     def _produce(self, n: int) -> None:
-        from confluent_kafka import Producer
         if self._producer is None:
             self._producer = Producer(_config(self.target, {"linger.ms": 0, "acks": "all",
                                                             "message.timeout.ms": 10_000}))
@@ -226,12 +231,10 @@ class ShareWorkload:
         return {"group": self.group, "topic": self.topic, "partition": 0}
 
     def check(self, history: Any) -> dict:
-        from checkers import share_group
-        from checkers.result import compose
         ops = [op.to_dict() for op in history if op.process != "nemesis"]
-        share = ShareHistory.from_list([{**op, "index": n} for n, op in enumerate(ops)]).validate()
+        shares = ShareHistory.from_list([{**op, "index": n} for n, op in enumerate(ops)]).validate()
         allowed = share_group.allowed_error_types(failover=self.faulted)
-        return compose({"share-group": share_group.check(share, allowed=allowed, lock_duration_ms=self.lock_ms)})
+        return compose({"share-group": share_group.check(shares, allowed=allowed, lock_duration_ms=self.lock_ms)})
 
 
 def _group(decisions: list[tuple[tuple, str]]) -> dict[str, list]:
@@ -245,7 +248,6 @@ class _ReferenceMember:
     """The reference share consumer (explicit mode); crash = its sockets closed under it."""
 
     def __init__(self, target: Any, group: str, topic: str) -> None:
-        from reference_impl.client.share_consumer import ShareConsumer
         self._cc = target.cluster_client()
         self.consumer = ShareConsumer(target.bootstrap_servers, group, "explicit", cluster=self._cc,
                                       fetch_max_wait_ms=200, request_timeout_ms=8_000)
@@ -256,7 +258,6 @@ class _ReferenceMember:
                 for r in self.consumer.poll(int(timeout_s * 1000))]
 
     def acknowledge(self, handle: Any, ack: str) -> None:
-        from reference_impl.client.share_consumer import AcknowledgeType
         self.consumer.acknowledge(handle, AcknowledgeType[ack.upper()])
 
     def commit(self) -> dict[str, Any]:
@@ -275,12 +276,11 @@ class _ConfluentMember:
     _ACKS = {"accept": 1, "release": 2, "reject": 3}
 
     def __init__(self, target: Any, group: str, topic: str) -> None:
-        from confluent_kafka import ShareConsumer
-        self.consumer = ShareConsumer(_config(target, {"group.id": group, "share.acknowledgement.mode": "explicit"}))
+        self.consumer = ConfluentShareConsumer(_config(target, {"group.id": group,
+                                                                 "share.acknowledgement.mode": "explicit"}))
         self.consumer.subscribe([topic])
 
     def poll(self, timeout_s: float) -> list[tuple]:
-        from confluent_kafka import KafkaException
         out = []
         for msg in self.consumer.poll(timeout_s):
             if msg.error() is not None:

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from benchmarks.synthetic_traces import build_table, write_segments
+from replay.synthetic_traces import build_table, write_segments
 from replay import check_cmd
 from replay import trace_schema as ts
 

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from benchmarks.synthetic_traces import ANOMALY_KINDS, build_table, write_segments
+from replay.synthetic_traces import ANOMALY_KINDS, build_table, write_segments
 from reference_impl.server.broker_server import ThreadedReferenceCluster
 from replay import check_cmd
 from replay.check_pure import check_table

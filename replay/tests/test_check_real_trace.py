@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import Counter
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -21,6 +22,10 @@ from reference_impl.client.share_consumer import AcknowledgeType, ShareConsumer
 from replay.proxy import ThreadedCaptureProxy
 from replay.trace_writer import TraceWriter
 from reference_impl.protocol.api_keys import ApiKey
+from replay import check_cmd
+from replay.check_pure import Normalizer, check_table, exchange_rows
+from replay.trace_reader import read_trace
+from targets.factory import create_target
 
 INCREMENTAL_ALTER_CONFIGS, GROUP_RESOURCE, SET = ApiKey.INCREMENTAL_ALTER_CONFIGS, 32, 0
 
@@ -118,10 +123,6 @@ def record_workload(upstream: str, out_dir: str) -> dict:
 
 def coverage(table) -> dict[str, int]:
     """What the rules had to look at in a trace (so a clean verdict is not vacuous)."""
-    from collections import Counter
-
-    from replay.check_pure import Normalizer, exchange_rows
-
     n = Normalizer(exchange_rows(table))
     kinds = Counter(e["kind"] for e in n.share_events()) + Counter(e["kind"] for e in n.group_events())
     return {"txn": len(n.txn_events()), "aborted_ranges": len(n.aborted_ranges()), "sessions": len(n.session_events()),
@@ -136,8 +137,6 @@ def assert_covers_every_entity_kind(table) -> None:
 
 @pytest.fixture(scope="module")
 def kafka_trace(tmp_path_factory):
-    from targets.factory import create_target
-
     target = create_target("kafka-native")
     target.start()
     try:
@@ -149,10 +148,6 @@ def kafka_trace(tmp_path_factory):
 
 
 def test_clean_trace_of_real_kafka_has_no_violation(kafka_trace, tmp_path):
-    from replay import check_cmd
-    from replay.check_pure import check_table
-    from replay.trace_reader import read_trace
-
     path, done = kafka_trace
     assert done == {"committed_read": 20, "share_done": 40}
     table, report = read_trace(path)

@@ -12,8 +12,9 @@ import os
 import pyarrow.parquet as pq
 import pytest
 
-from benchmarks.synthetic_traces import build_table, write_segments
+from replay.synthetic_traces import build_table, write_segments
 from replay import check_cmd, diff_cmd
+from replay.spark_session import failure_line
 
 
 def _segments(d) -> list[str]:
@@ -95,8 +96,6 @@ def test_empty_directory_is_exit_2_with_one_line_naming_it(table, tmp_path, caps
 def test_a_spark_failure_is_one_line_naming_the_file():
     """Should Spark itself fail on a file (e.g. damaged after validation), the commands print
     the first line of its message and the file it names, not the Java stack."""
-    from replay.spark_session import failure_line
-
     message = ("Job aborted due to stage failure: Task 0 in stage 1.0 failed 1 times\n"
                "org.apache.spark.SparkException: [FAILED_READ_FILE.NO_HINT] Encountered error while reading file "
                "file:///tmp/trace/seg-000001.parquet. SQLSTATE: KD001\n\tat org.apache.spark.Foo(Foo.scala:1)\n")

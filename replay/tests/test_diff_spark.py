@@ -10,12 +10,15 @@ import os
 
 import pyarrow.parquet as pq
 import pytest
+from pyspark.sql import Window
+from pyspark.sql import functions as F
 
-from benchmarks import trace_diff_bench
 from replay import diff_pure, diff_spark
 from replay.diff_cmd import main as diff_main
 from replay.diff_input import inspect_trace
 from replay.spark_session import get_spark
+from replay.spark_rank import number_within
+from replay.synthetic_diff_traces import make_traces
 from replay.tests.test_diff_support import exchange, partition, small_workload, write_trace
 
 # Spark start-up plus a job on 2 cores shared with the rest of CI: 300 s was exceeded under
@@ -64,7 +67,7 @@ def test_parity_on_hand_made_traces_with_noise_and_json(spark, tmp_path) -> None
 
 @pytest.mark.nightly  # .ci/run: the standalone-cluster test diffs a synthetic trace against the pure engine
 def test_parity_on_a_synthetic_trace_finds_exactly_the_injected_differences(spark, tmp_path) -> None:
-    a_dir, b_dir, expected = trace_diff_bench.make_traces(str(tmp_path), 2500, seed=3)
+    a_dir, b_dir, expected = make_traces(str(tmp_path), 2500, seed=3)
     rows, _ = both(spark, a_dir, b_dir, with_json=False)
     assert {(r["kind"], r["a_seq"], r["path"]) for r in rows} == expected and len(rows) == len(expected)
 
@@ -85,11 +88,6 @@ def test_number_within_gives_the_window_row_numbers_across_partitions(spark, par
     """spark_rank.number_within against row_number() over a window: a group larger than a
     partition (split between tasks), small groups, a null group key, ties in the first order
     column broken by the second."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    from replay.spark_rank import number_within
-
     rows = [("big", i % 37, i) for i in range(500)] + [("small", 5 - i, i) for i in range(3)]
     rows += [(None, i % 2, 1000 + i) for i in range(5)]
     df = spark.createDataFrame(rows, "g string, o long, id long")

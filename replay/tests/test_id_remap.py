@@ -11,6 +11,7 @@ from reference_impl.protocol import framing, payloads
 from reference_impl.protocol import records as rec
 from replay.id_remap import IdRemap, with_producer
 from replay.replayer import coordinator_key, first_partition, plan_trace, retriable_error
+from replay.replayer import merge_responses, split_request
 
 T0 = datetime.timedelta(0)
 
@@ -287,8 +288,6 @@ def produce_response(*parts):
 
 
 def test_split_by_leader_and_merge_in_request_order() -> None:
-    from replay.replayer import merge_responses, split_request
-
     b = rec.build_batch([rec.NewRecord(value=b"a")])
     def pd(i):
         return nreq(0, 9, "PartitionProduceData", index=i, records=b)

@@ -387,7 +387,6 @@ def test_purpose_specific_error_codes_are_collected() -> None:
 
 
 def test_fetch_aborted_transactions_and_lso_are_extracted() -> None:
-    tid = uuid.uuid4()
     aborted = _nested_resp(1, 12, "AbortedTransaction", producer_id=7, first_offset=2)
     part = _nested_resp(1, 12, "PartitionData", partition_index=0, error_code=ErrorCode.none, high_watermark=10,
                         last_stable_offset=2, log_start_offset=0, aborted_transactions=(aborted,),

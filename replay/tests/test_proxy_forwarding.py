@@ -4,6 +4,7 @@ the batched hand-off to the writer (issue 13 item 4)."""
 from __future__ import annotations
 
 import datetime
+import socket
 import time
 import uuid
 
@@ -224,8 +225,6 @@ def test_process_sink_ships_batches_as_rows(tmp_path) -> None:
 
 
 def test_broken_framing_goes_opaque_after_the_good_frames(cluster) -> None:
-    import socket
-
     sink = GapKeepingSink()
     with ThreadedCaptureProxy(cluster.bootstrap_servers, sink=sink) as proxy:
         host, port = proxy.bootstrap_servers.split(":")

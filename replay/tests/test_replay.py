@@ -17,20 +17,25 @@ import os
 import time
 import uuid
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from kio.schema.errors import ErrorCode
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from reference_impl.client.raw_client import RawClient
 from reference_impl.client.share_consumer import ShareConsumer
 from reference_impl.protocol import framing
+from reference_impl.protocol import records as rec_mod
 from reference_impl.server.broker_server import ThreadedReferenceCluster
 from replay import replay_cmd
-from replay.proxy import ThreadedCaptureProxy
+from replay import trace_schema as ts
+from replay.proxy import ProcessTraceSink, ThreadedCaptureProxy
 from replay.replayer import REPORT_FILE, replay
 from replay.trace_reader import read_trace
-from replay.trace_writer import TraceWriter
+from replay.trace_writer import Gap, RawExchange, TraceWriter, build_row, gap_row
+from targets.factory import create_target
 
 
 def uid(prefix: str) -> str:
@@ -223,9 +228,9 @@ def test_consumer_and_share_results_line_up(reference_replay) -> None:
     for s in share:
         ra = [(topic_ids[a["topic_id"]], a["partition"], a["first_offset"], a["last_offset"], a["delivery_count"])
               for a in rec[s]["acquired_records"]]
-        pa = [(a["topic_id"], a["partition"], a["first_offset"], a["last_offset"], a["delivery_count"])
-              for a in rep[s]["acquired_records"]]
-        assert ra == pa, s
+        replayed = [(a["topic_id"], a["partition"], a["first_offset"], a["last_offset"], a["delivery_count"])
+                    for a in rep[s]["acquired_records"]]
+        assert ra == replayed, s
         acquired += sum(a[3] - a[2] + 1 for a in ra)
     assert acquired == 6
     fetch = [s for s, r in rec.items() if r["api_name"] == "fetch"]
@@ -241,12 +246,6 @@ def test_consumer_and_share_results_line_up(reference_replay) -> None:
 def test_gap_and_sasl_rows_are_reported_not_skipped(reference_replay, tmp_path) -> None:
     """A trace with a gap row and a SaslAuthenticate exchange: both are counted in the
     report with their reasons, the rest is replayed."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from replay import trace_schema as ts
-    from replay.trace_writer import Gap, RawExchange, build_row, gap_row
-
     src = tmp_path / "src"
     src.mkdir()
     req = framing.encode_request(framing.request_schema(18, 3)(client_software_name="x",
@@ -318,8 +317,6 @@ def test_cli_refuses_output_holding_a_trace(reference_replay, tmp_path, capsys) 
 
 @pytest.fixture(scope="module")
 def kafka_trace(tmp_path_factory):
-    from targets.factory import create_target
-
     target = create_target("kafka-native")
     target.start()
     try:
@@ -393,8 +390,6 @@ def test_replay_onto_three_nodes_splits_and_routes(reference_replay, tmp_path) -
 def test_process_trace_sink_records_like_the_thread_writer(tmp_path) -> None:
     """ProcessTraceSink (the writer in a child process, for proxy performance) writes the
     same rows and gaps, and reports the writer's stats after close."""
-    from replay.proxy import ProcessTraceSink
-
     sink = ProcessTraceSink(str(tmp_path), "keep", flush_seconds=0.1).start()
     with ThreadedReferenceCluster() as c:
         with ThreadedCaptureProxy(c.bootstrap_servers, sink=sink) as proxy:
@@ -418,8 +413,6 @@ def test_process_trace_sink_records_like_the_thread_writer(tmp_path) -> None:
 def test_hashed_trace_replays_to_the_same_bytes(tmp_path) -> None:
     """A trace recorded with --payloads hash replays the digests; the target returns them,
     so the Fetch batches of both traces are byte-identical."""
-    from confluent_kafka import TopicPartition
-
     src, out = tmp_path / "src", tmp_path / "out"
     topic = uid("hash")
     writer = TraceWriter(str(src), "hash", flush_seconds=0.1).start()
@@ -452,7 +445,6 @@ def test_hashed_trace_replays_to_the_same_bytes(tmp_path) -> None:
 
     def fetched_values(r):
         _, body = framing.decode_response(r["response_bytes"], 1, r["api_version"])
-        from reference_impl.protocol import records as rec_mod
         return [x.value for t in body.responses for pr in t.partitions for x in rec_mod.iter_records(pr.records)]
 
     fetches = [s for s, r in rec.items() if r["api_name"] == "fetch"]

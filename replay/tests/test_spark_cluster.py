@@ -20,13 +20,13 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from benchmarks import trace_diff_bench
-from benchmarks.synthetic_traces import build_table, write_segments
+from replay.synthetic_traces import build_table, write_segments
 from replay import diff_pure
 from replay.check_pure import check_table
 from replay.diff_input import inspect_trace
 from replay.spark_session import package_zip, spark_home_bin
 from replay.spark_standalone import StandaloneCluster, executor_venv
+from replay.synthetic_diff_traces import make_traces
 
 ROOT = Path(__file__).resolve().parents[2]
 SUBMIT_TIMEOUT_S = 800
@@ -88,7 +88,7 @@ def test_check_and_diff_on_a_standalone_cluster_equal_the_pure_engine(tmp_path) 
     assert probe.returncode != 0, "the executor venv must not see kipcheck"
     table, injected = build_table(1300, seed=7)
     write_segments(table, str(tmp_path / "trace"))
-    a_dir, b_dir, expected_diff = trace_diff_bench.make_traces(str(tmp_path / "diff"), 1300, seed=3)
+    a_dir, b_dir, expected_diff = make_traces(str(tmp_path / "diff"), 1300, seed=3)
     pyfiles = package_zip(str(tmp_path))
     with StandaloneCluster(exec_py, workers=2) as cluster:
         check = submit(cluster.master_url, pyfiles, exec_py, "check_cmd.py", str(tmp_path / "trace"),

@@ -13,6 +13,7 @@ import time
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from kio.schema.errors import ErrorCode
 
 from reference_impl.client.raw_client import RawClient
 from reference_impl.protocol import framing, payloads
@@ -20,6 +21,7 @@ from reference_impl.server.broker_server import ThreadedReferenceCluster
 from replay import trace_schema as ts
 from replay.trace_reader import TraceCorruptError, UnknownSchemaVersion, read_trace
 from replay.trace_writer import RawExchange, TraceWriter
+from replay.record_cmd import record
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -27,8 +29,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def api_versions_exchange(seq: int) -> RawExchange:
     req = framing.encode_request(payloads.build(framing.request_schema(18, 3), client_software_name="t",
                                                 client_software_version="1"), seq)[4:]
-    from kio.schema.errors import ErrorCode
-
     resp_payload = payloads.build(framing.response_schema(18, 3), error_code=ErrorCode.none, api_keys=(),
                                   throttle_time=__import__("datetime").timedelta(0))
     resp = framing.encode_response(resp_payload, seq)[4:]
@@ -236,8 +236,6 @@ def test_sigterm_finishes_the_open_segment(tmp_path) -> None:
 
 
 def test_record_rejects_bad_payload_mode(tmp_path, capsys) -> None:
-    from replay.record_cmd import record
-
     assert record("127.0.0.1:1", "127.0.0.1:0", str(tmp_path), payloads="nope") == 2
     assert "--payloads" in capsys.readouterr().err
 

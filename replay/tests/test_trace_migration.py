@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from benchmarks.synthetic_traces import build_table
+from replay.synthetic_traces import build_table
 from replay import check_cmd
 from replay import trace_schema as ts
 from replay import typed_fields

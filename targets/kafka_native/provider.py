@@ -43,6 +43,7 @@ from targets.kafka_native import security as sec
 from targets.kafka_native.jars import classpath, ensure_jars
 from targets.kafka_native.versions import KafkaRelease, resolve_release
 from targets.target import ACL_USERS, AclPrincipals, Capabilities, Target, TargetError, TargetSpec, wait_until_ready
+from reference_impl.client.raw_client import ClusterClient
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 _UUID_RE = re.compile(r"^[A-Za-z0-9_-]{22}$")
@@ -567,8 +568,6 @@ class KafkaNativeTarget(Target):
         return {nid for nid, n in self._nodes.items() if n.alive and not n.paused}
 
     def _metadata_lists(self, via_node: int, expected: set[int]) -> bool:
-        from reference_impl.client.raw_client import ClusterClient
-
         try:
             with ClusterClient(self.node_bootstrap(via_node), timeout=5.0, security=self.raw_security()) as cc:
                 return expected <= set(cc.nodes)

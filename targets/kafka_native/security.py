@@ -49,10 +49,10 @@ def client_listener_name(mode: str) -> str:
 
 def generate_certificates(directory: Path, hosts: tuple[str, ...] = ("127.0.0.1", "localhost")) -> SecurityFiles:
     """A fresh CA and a broker certificate it signs, valid for a week."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+    from cryptography import x509  # heavy dependency: only TLS targets make certificates
+    from cryptography.hazmat.primitives import hashes, serialization  # heavy dependency: only TLS targets make certificates
+    from cryptography.hazmat.primitives.asymmetric import ec  # heavy dependency: only TLS targets make certificates
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID  # heavy dependency: only TLS targets make certificates
 
     directory.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.timezone.utc)

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from targets.docker_engine import LABEL_OWNER
+from targets.docker_engine import LABEL_OWNER, ensure_engine, remove_labelled
 from targets.target import NotSupportedByTarget
+from targets.factory import create_target
+from targets.kafka_image import BASE_IMAGE, ensure_base_image
 
 # A container start waits while the brokers make progress: up to two attempts of 600 s.
 pytestmark = pytest.mark.deadline(1300)
@@ -22,8 +24,6 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _engine_or_skip() -> None:
-    from targets.docker_engine import ensure_engine
-
     try:
         ensure_engine()
     except NotSupportedByTarget as exc:
@@ -60,8 +60,6 @@ def test_sigkilled_run_leaves_no_container_or_network() -> None:
 
 
 def test_clean_stop_leaves_nothing() -> None:
-    from targets.factory import create_target
-
     _engine_or_skip()
     target = create_target("testcontainers")
     target.start()
@@ -75,9 +73,6 @@ def test_clean_stop_leaves_nothing() -> None:
 def test_start_time_reaper_removes_what_dead_owners_left() -> None:
     """remove_labelled(only_dead_owners=True): a container and a network whose owner pid is
     dead go, one of a live owner (this process) stays."""
-    from targets.docker_engine import remove_labelled
-    from targets.kafka_image import BASE_IMAGE, ensure_base_image
-
     _engine_or_skip()
     ensure_base_image()
     dead = subprocess.Popen(["true"])

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from targets import docker_engine as de
-from targets.testcontainers_target import ENGINE_PING_TIMEOUT_S
+from targets.docker_engine import ENGINE_PING_TIMEOUT_S
 
 pytestmark = pytest.mark.deadline(300)
 

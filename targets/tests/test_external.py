@@ -19,6 +19,8 @@ from targets.external import (
 from targets.target import NotSupportedByTarget, TargetError, probe_capabilities
 from targets.factory import create_target
 from reference_impl.protocol.api_keys import ApiKey
+from reference_impl.handlers.registry import lookup  # the package registers every handler on import
+from reference_impl.server.broker_server import ThreadedReferenceCluster
 
 
 @pytest.fixture(autouse=True)
@@ -45,9 +47,6 @@ def _unused_port() -> int:
 
 
 def _reference_serves_metadata() -> bool:
-    import reference_impl.handlers  # noqa: F401  (registers handlers)
-    from reference_impl.handlers.registry import lookup
-
     return any(lookup(3, v) is not None for v in range(0, 14))
 
 
@@ -98,7 +97,6 @@ def test_silent_listener_times_out_within_the_configured_timeout() -> None:
 def test_reference_broker_as_external_cluster() -> None:
     if not _reference_serves_metadata():
         pytest.skip("the reference broker does not serve Metadata yet (reference_impl/handlers)")
-    from reference_impl.server.broker_server import ThreadedReferenceCluster
 
     with ThreadedReferenceCluster(brokers=1) as cluster:
         target = create_target(f"external:{cluster.bootstrap_servers}")

@@ -22,12 +22,15 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from targets.kafka_native.provider import KafkaNativeTarget, processes_of_run, processes_referencing
 from targets.kafka_native.versions import DEFAULT_VERSION
 from targets.target import TargetError, probe_capabilities
 from targets.factory import create_target
 from reference_impl.protocol.api_keys import ApiKey
+from reference_impl.client.raw_client import ClusterClient
 
 pytestmark = [
     pytest.mark.xdist_group("kafka_native"),
@@ -99,16 +102,12 @@ def _topic(prefix: str) -> str:
 
 
 def _create_topic(bootstrap: str, topic: str, partitions: int = 1, rf: int = 1) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
     admin = AdminClient({"bootstrap.servers": bootstrap})
     fut = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=rf)])[topic]
     fut.result(timeout=TIMEOUT_S)
 
 
 def _produce(bootstrap: str, topic: str, values: list[bytes], **conf: object) -> None:
-    from confluent_kafka import Producer
-
     errors: list[object] = []
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", **conf})
     for v in values:
@@ -121,8 +120,6 @@ def _produce(bootstrap: str, topic: str, values: list[bytes], **conf: object) ->
 def _consume(bootstrap: str, topic: str, count: int, **conf: object) -> list[bytes]:
     """Consume `count` values from the beginning as a member of a fresh group (subscribe:
     exercises the group coordinator and __consumer_offsets)."""
-    from confluent_kafka import Consumer
-
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -193,8 +190,6 @@ def test_single_node_produce_consume(kafka1: KafkaNativeTarget):
 
 def test_single_node_transaction(kafka1: KafkaNativeTarget):
     """The transaction state log (RF=1 on one node) works: commit one message, read_committed sees it."""
-    from confluent_kafka import Producer
-
     topic = _topic("native1-txn")
     _create_topic(kafka1.bootstrap_servers, topic)
     producer = Producer({"bootstrap.servers": kafka1.bootstrap_servers, "transactional.id": f"tx-{uuid.uuid4().hex[:8]}"})
@@ -255,8 +250,6 @@ def test_start_failure_is_a_clear_error_and_cleans_up(spec: str, expected: str):
 
 @pytest.mark.slow
 def test_three_nodes_kill_and_restart(kafka3: KafkaNativeTarget):
-    from reference_impl.client.raw_client import ClusterClient
-
     bootstrap = kafka3.bootstrap_servers
     assert len(bootstrap.split(",")) == 3
     with ClusterClient(bootstrap, timeout=10.0) as cc:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from targets.kafka_native.provider import KafkaNativeTarget
 from targets.factory import create_target
@@ -98,8 +99,6 @@ class TestSaslSsl:
         assert time.monotonic() - t0 < 2 * FAIL_FAST_S
 
     def test_properties_file_serves_librdkafka_and_the_external_target(self, sasl_ssl):
-        from confluent_kafka.admin import AdminClient
-
         path = sasl_ssl.client_properties_path
         assert path is not None and path.is_file() and (path.stat().st_mode & 0o077) == 0
         md = AdminClient(sasl_ssl.client_config()).list_topics(timeout=30)

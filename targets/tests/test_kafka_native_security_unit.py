@@ -7,12 +7,14 @@ import ssl
 from pathlib import Path
 
 import pytest
+from cryptography import x509
 
 from targets.kafka_native import config as cfg
 from targets.kafka_native import security as sec
 from targets.kafka_native.versions import resolve_release
-from targets.target import ACL_USERS
+from targets.target import ACL_USERS, NotSupportedByTarget, parse_target_spec
 from reference_impl.client.security import ClientSecurity
+from targets.kafka_native.provider import KafkaNativeTarget
 
 
 def test_security_options_parse():
@@ -60,8 +62,6 @@ def test_generated_certificate_verifies_for_loopback(tmp_path: Path):
     client = ClientSecurity.from_properties({"security.protocol": "SSL", "ssl.ca.location": str(files.ca)}).ssl_context()
     assert client.check_hostname and client.verify_mode == ssl.CERT_REQUIRED
     # The certificate carries the SANs clients verify (IP 127.0.0.1 and DNS localhost).
-    from cryptography import x509
-
     cert = x509.load_pem_x509_certificates(files.keystore.read_bytes())[0]
     san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert [str(ip) for ip in san.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
@@ -109,9 +109,6 @@ def test_authorizer_properties_and_extra_users(tmp_path: Path):
 
 
 def test_targets_without_an_authorizer_name_the_setting():
-    from targets.kafka_native.provider import KafkaNativeTarget
-    from targets.target import NotSupportedByTarget, parse_target_spec
-
     plain = KafkaNativeTarget(parse_target_spec("kafka-native"))
     with pytest.raises(NotSupportedByTarget, match="authorizer=standard"):
         plain.acl_principals()

@@ -17,9 +17,11 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from shutil import which
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, KafkaException, Producer
 from kio.schema.errors import ErrorCode
 
 from targets.kfake.build import FRANZ_GO_VERSION, KFAKE_VERSION, ensure_binary
@@ -35,8 +37,6 @@ WAIT_S = 60.0
 
 
 def _go_available() -> bool:
-    from shutil import which
-
     return which("go") is not None or Path("/usr/local/go/bin/go").exists()
 
 
@@ -98,8 +98,6 @@ def test_capabilities_come_over_the_wire(kfake3: KfakeTarget) -> None:
 
 
 def test_produce_consume_round_trip(kfake3: KfakeTarget) -> None:
-    from confluent_kafka import Consumer, Producer
-
     topic = f"kf-{uuid.uuid4().hex[:8]}"
     producer = Producer({**kfake3.client_config(), "enable.idempotence": True})
     for i in range(5):
@@ -260,8 +258,6 @@ def kfake1() -> Iterator[KfakeTarget]:
 
 
 def _txn_producer(target: KfakeTarget) -> Any:
-    from confluent_kafka import Producer
-
     producer = Producer({**target.client_config(), "transactional.id": f"kf-tx-{uuid.uuid4().hex[:8]}",
                          "transaction.timeout.ms": 60_000})
     producer.init_transactions(WAIT_S)
@@ -314,8 +310,6 @@ def test_clear_releases_a_held_end_txn(kfake1: KfakeTarget) -> None:
 def test_failed_init_producer_id_answers_the_injected_error(kfake1: KfakeTarget) -> None:
     """fail_requests answers the next InitProducerId with the given error (here a fatal one
     the client surfaces as is); the following InitProducerId is served normally."""
-    from confluent_kafka import KafkaException
-
     kfake1.fail_requests(ApiKey.INIT_PRODUCER_ID, ErrorCode.transactional_id_authorization_failed, count=1)
     with pytest.raises(KafkaException) as failed:
         _txn_producer(kfake1)

@@ -8,6 +8,9 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition, libversion
+from confluent_kafka.admin import AdminClient
+from kio.static.primitive import i32Timedelta
 
 from targets.librdkafka_mock import LibrdkafkaMockTarget, load_mock_api
 from targets.target import NotSupportedByTarget, TargetError, parse_target_spec
@@ -70,8 +73,6 @@ def fresh_mock() -> Iterator[LibrdkafkaMockTarget]:
 
 def test_mock_api_binding_loads() -> None:
     api = load_mock_api()
-    from confluent_kafka import libversion
-
     assert api.version == libversion()[0]
     assert "librdkafka" in api.path
 
@@ -114,8 +115,6 @@ def test_raw_client_api_versions_default_negotiates_down(mock3: LibrdkafkaMockTa
 
 
 def test_produce_and_consume_through_the_mock(mock3: LibrdkafkaMockTarget) -> None:
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-
     topic = f"kipcheck-mock-{uuid.uuid4().hex[:8]}"
     producer = Producer({**mock3.client_config(), "acks": "all", "enable.idempotence": True})
     delivered = []
@@ -141,8 +140,6 @@ def test_produce_and_consume_through_the_mock(mock3: LibrdkafkaMockTarget) -> No
 
 
 def test_transactional_commit_is_visible_read_committed(mock3: LibrdkafkaMockTarget) -> None:
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-
     topic = f"kipcheck-mock-txn-{uuid.uuid4().hex[:8]}"
     producer = Producer({**mock3.client_config(), "transactional.id": f"tx-{topic}"})
     producer.init_transactions(10)
@@ -199,8 +196,6 @@ def test_pause_is_not_supported(mock3: LibrdkafkaMockTarget) -> None:
 
 
 def test_request_error_injection(fresh_mock: LibrdkafkaMockTarget) -> None:
-    from kio.static.primitive import i32Timedelta
-
     fresh_mock.push_request_errors(22, [15, 51])  # COORDINATOR_NOT_AVAILABLE, CONCURRENT_TRANSACTIONS
     timeout = i32Timedelta.parse(datetime.timedelta(seconds=60))
     with RawClient.connect(fresh_mock.bootstrap_servers, timeout=5) as client:
@@ -221,8 +216,6 @@ def test_api_version_range_can_be_narrowed(fresh_mock: LibrdkafkaMockTarget) -> 
 
 
 def test_create_topic_directly(fresh_mock: LibrdkafkaMockTarget) -> None:
-    from confluent_kafka.admin import AdminClient
-
     fresh_mock.create_topic("kipcheck-made", partitions=5, replication_factor=3)
     md = AdminClient(fresh_mock.client_config()).list_topics("kipcheck-made", timeout=10)
     assert len(md.topics["kipcheck-made"].partitions) == 5

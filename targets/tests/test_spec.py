@@ -6,6 +6,8 @@ import pytest
 
 from targets.target import KINDS, TargetSpec, parse_target_spec
 from targets.factory import create_target
+from targets.external import split_external_spec
+from targets.testcontainers_target import DEFAULT_IMAGE, resolve_image
 
 
 @pytest.fixture(autouse=True)
@@ -129,8 +131,6 @@ def test_option_lookup() -> None:
 
 
 def test_external_spec_options_split_from_bootstrap() -> None:
-    from targets.external import split_external_spec
-
     assert split_external_spec("h1:9092") == ("h1:9092", {})
     assert split_external_spec("h1:9092,h2:9093:config=/x/y.properties:timeout=3") == (
         "h1:9092,h2:9093",
@@ -144,8 +144,6 @@ def test_external_spec_options_split_from_bootstrap() -> None:
 
 
 def test_testcontainers_image_resolution() -> None:
-    from targets.testcontainers_target import DEFAULT_IMAGE, resolve_image
-
     assert DEFAULT_IMAGE.startswith("apache/kafka:4.")
     assert resolve_image(None) == DEFAULT_IMAGE
     assert resolve_image("4.2.1") == "apache/kafka:4.2.1"

@@ -8,16 +8,21 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
+import io
 import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 import targets
 from targets.tests.netcheck import refused
+from reference_impl.client.raw_client import RawClient, parse_bootstrap
+from targets.target_up import target_up
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -96,8 +101,6 @@ def test_pypi_targets_does_not_shadow_ours() -> None:
 
 def _run_target_up(spec: str, tmp_path: Path) -> tuple[str, str, list[str], int]:
     """Start target_up, read the first line, check the bootstrap answers, SIGTERM it."""
-    from reference_impl.client.raw_client import RawClient, parse_bootstrap
-
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "targets.target_up", spec],
@@ -133,8 +136,6 @@ def _run_target_up(spec: str, tmp_path: Path) -> tuple[str, str, list[str], int]
 
 @pytest.mark.parametrize("spec, kind", [("reference:nodes=2", "reference"), ("librdkafka-mock:nodes=2", "librdkafka-mock")])
 def test_target_up_prints_bootstrap_first_and_stops_on_sigterm(spec: str, kind: str, tmp_path: Path) -> None:
-    from reference_impl.client.raw_client import parse_bootstrap
-
     bootstrap, err, lines, code = _run_target_up(spec, tmp_path)
     assert code == 0, err
     assert len(parse_bootstrap(bootstrap)) == 2
@@ -184,17 +185,10 @@ def test_target_up_start_errors_exit_2_with_one_line(spec: str, message: str, tm
 
 
 def test_target_up_in_process_with_stop_event() -> None:
-    import io
-    import threading
-
-    from targets.target_up import target_up
-
     out, err, stop = io.StringIO(), io.StringIO(), threading.Event()
     result: list[int] = []
     worker = threading.Thread(target=lambda: result.append(target_up("librdkafka-mock", out=out, err=err, stop_event=stop)))
     worker.start()
-    import time
-
     deadline = time.monotonic() + 30
     while "ready" not in out.getvalue() and time.monotonic() < deadline and worker.is_alive():
         time.sleep(0.05)

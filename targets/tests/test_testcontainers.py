@@ -14,15 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from targets.target import NotSupportedByTarget
+from targets.docker_engine import DockerUnavailable, docker_available, docker_engine
+from targets.target import NotSupportedByTarget, TargetError
 from targets.factory import create_target
-from targets.testcontainers_target import (
-    DockerUnavailable,
-    TestcontainersTarget,
-    docker_available,
-    docker_engine,
-)
+from targets.testcontainers_target import STALL_S, TestcontainersTarget
 from reference_impl.protocol.api_keys import ApiKey
 
 # A container start waits while the brokers make progress: up to two attempts of 600 s.
@@ -45,8 +42,6 @@ def _start_or_skip(target: TestcontainersTarget) -> None:
 
 def _roundtrip(target: TestcontainersTarget) -> None:
     """Produce one record, read it back: the advertised listener works from the host."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-
     topic = f"kipcheck-tc-{uuid.uuid4().hex[:8]}"
     producer = Producer({**target.client_config(), "acks": "all"})
     producer.produce(topic, b"hello container", partition=0)
@@ -66,8 +61,6 @@ def _roundtrip(target: TestcontainersTarget) -> None:
 
 def _transactional_commit(target: TestcontainersTarget) -> None:
     """A transactional commit needs the coordinator to reach the partition leaders (itself)."""
-    from confluent_kafka import Producer
-
     p = Producer({**target.client_config(), "transactional.id": f"kc-{uuid.uuid4().hex[:8]}"})
     p.init_transactions(60)
     p.begin_transaction()
@@ -240,9 +233,6 @@ def test_importing_the_provider_does_not_import_testcontainers() -> None:
 def test_a_broker_that_exits_fails_the_start_without_waiting_out_the_timeout() -> None:
     """A container that exited will not become ready: the start says so at once (with the
     container's state and log), instead of waiting out the 600 s readiness timeout twice."""
-    from targets.target import TargetError
-    from targets.testcontainers_target import STALL_S
-
     target = create_target("testcontainers:KAFKA_PROCESS_ROLES=nonsense")
     t0 = time.monotonic()
     with pytest.raises(TargetError) as info:
