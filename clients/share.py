@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
-from clients import wire
+from clients import confluent, wire
 from clients.errors import COORDINATOR_RETRIABLE, LEADER_RETRIABLE
 from targets.target import NotSupportedByTarget
 from reference_impl.client.raw_client import ClusterClient, RawClient
@@ -462,8 +462,6 @@ class SharePartitionUnderTest:
         self.member_epochs: dict[str, int] = {}  # member id -> epoch of its last heartbeat
 
     def open(self, configs: dict[str, str] | None = None) -> "SharePartitionUnderTest":
-        from clients import confluent  # confluent-kafka admin; imported late (heavy)
-
         require_share_groups(self.target)
         confluent.create_topic(self.target, self.topic, partitions=self.partitions)
         if configs:

@@ -20,6 +20,7 @@ from kio.schema.errors import ErrorCode
 
 from chaos.nemesis.base import FaultRecord, FaultSpec
 from chaos.nemesis.common import TargetInjector
+from clients.wire import TXN_COORDINATOR_KEY_TYPE
 from targets.target import NotSupportedByTarget
 from reference_impl.protocol.api_keys import ApiKey
 from reference_impl.protocol.framing import decode_tolerant_response
@@ -27,7 +28,6 @@ from reference_impl.client.raw_client import ClusterClient
 from reference_impl.client.transactional_producer import TransactionalProducer
 from reference_impl.protocol import framing, payloads
 
-TRANSACTION_KEY_TYPE = 1  # FindCoordinator key type of transactional ids
 HIJACK_TIMEOUT_S = 30.0
 
 
@@ -107,7 +107,7 @@ def describe_producer(bootstrap: str, transactional_id: str, timeout_s: float = 
     deadline = time.monotonic() + timeout_s
     with ClusterClient(bootstrap, timeout=timeout_s) as cc:
         while True:
-            node = cc.coordinator_for(transactional_id, TRANSACTION_KEY_TYPE, wait_s=timeout_s)
+            node = cc.coordinator_for(transactional_id, TXN_COORDINATOR_KEY_TYPE, wait_s=timeout_s)
             if node.negotiate(ApiKey.DESCRIBE_TRANSACTIONS) is None:
                 raise NotSupportedByTarget("DescribeTransactions is not supported (hijack effectiveness)")
             payload = payloads.build(framing.request_schema(ApiKey.DESCRIBE_TRANSACTIONS, 0),

@@ -32,12 +32,12 @@ from kio.schema.errors import ErrorCode
 from reference_impl.protocol.api_keys import ApiKey
 from clients import confluent
 from clients.confluent import quiet_config as _config
+from clients.wire import TXN_COORDINATOR_KEY_TYPE
 from reference_impl.client.raw_client import ClusterClient
 from reference_impl.client.transactional_producer import TransactionalProducer
 from reference_impl.protocol import framing, payloads
 from targets.factory import create_target
 
-TRANSACTION_KEY_TYPE = 1
 READ_TIMEOUT_S = 20.0
 
 
@@ -76,7 +76,7 @@ def run(target: Any, target_spec: str, tag: str | None = None, transaction_versi
         p.flush()
         pid, epoch = p.producer_id_and_epoch
         out.txn1 = [pid, epoch]
-        coord = cc.coordinator_for(tid, TRANSACTION_KEY_TYPE, wait_s=15)
+        coord = cc.coordinator_for(tid, TXN_COORDINATOR_KEY_TYPE, wait_s=15)
         tv2 = (p.transaction_version or 0) >= 2
         version = coord.negotiate(ApiKey.END_TXN, None if tv2 else 4)
         out.end_txn_version = version
@@ -89,7 +89,7 @@ def run(target: Any, target_spec: str, tag: str | None = None, transaction_versi
         p.flush()
         out.txn2 = list(p.producer_id_and_epoch)
         # the held EndTxn(commit) of transaction 1 arrives now
-        late = cc.coordinator_for(tid, TRANSACTION_KEY_TYPE, wait_s=15).send(held)
+        late = cc.coordinator_for(tid, TXN_COORDINATOR_KEY_TYPE, wait_s=15).send(held)
         out.late_end_txn_error = ErrorCode(int(late.error_code)).name
         try:
             p.abort_transaction()

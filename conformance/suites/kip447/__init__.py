@@ -29,7 +29,7 @@ OFFSET_FETCH, JOIN_GROUP, SYNC_GROUP = ApiKey.OFFSET_FETCH, ApiKey.JOIN_GROUP, A
 # Error codes (Kafka's Errors table).
 NONE = ErrorCode.none
 COORDINATOR_LOAD_IN_PROGRESS = ErrorCode.coordinator_load_in_progress
-ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS = ErrorCode.illegal_generation, ErrorCode.unknown_member_id, ErrorCode.rebalance_in_progress
+ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID = ErrorCode.illegal_generation, ErrorCode.unknown_member_id
 MEMBER_ID_REQUIRED = ErrorCode.member_id_required
 FENCED_INSTANCE_ID = ErrorCode.fenced_instance_id
 NO_REASSIGNMENT_IN_PROGRESS = ErrorCode.no_reassignment_in_progress

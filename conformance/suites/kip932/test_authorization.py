@@ -8,7 +8,7 @@ or delivered), then grants the permission as the super user and sends it again (
 so a target that refuses everything fails as surely as one that checks nothing.
 
 Only targets with an authorizer run these (kafka-native:authorizer=standard,
-reference:authorizer=standard); elsewhere acl_ops.require_authorizer answers "not supported
+reference:authorizer=standard); elsewhere clients.acl.require_authorizer answers "not supported
 by target" naming the setting. The super user sets up topics and groups and is the observer of "nothing leaked". Kafka:
 KafkaApis.handleShareGroupHeartbeatRequest / handleShareFetchRequest /
 handleShareAcknowledgeRequest / handle*ShareGroupOffsetsRequest, AuthHelper.

@@ -20,7 +20,7 @@ from reference_impl.protocol import records
 from reference_impl.protocol.api_keys import ApiKey
 
 INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, END_TXN = ApiKey.INIT_PRODUCER_ID, ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.END_TXN
-EARLIEST, LATEST = -2, -1
+LATEST = -1
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 TS = 1_700_000_000_000
 

@@ -10,7 +10,7 @@ a target that refuses everything fails as surely as one that checks nothing. Coo
 and leaders are found as the super user (FindCoordinator needs DESCRIBE itself).
 
 Only targets with an authorizer run these (kafka-native:authorizer=standard,
-reference:authorizer=standard); elsewhere acl_ops.require_authorizer answers "not supported
+reference:authorizer=standard); elsewhere clients.acl.require_authorizer answers "not supported
 by target" naming the setting. Kafka:
 KafkaApis.handleInitProducerIdRequest, handleAddPartitionsToTxnRequest,
 handleAddOffsetsToTxnRequest, handleProduceRequest, handleWriteTxnMarkersRequest.
