@@ -25,6 +25,8 @@ No I/O and no clock: callers pass `now_ms`.
 
 from __future__ import annotations
 
+import abc
+
 import bisect
 from dataclasses import dataclass
 from enum import IntEnum
@@ -218,7 +220,7 @@ class ProducerSnapshot:
     current_txn_start_offset: int  # -1 without an open transaction
 
 
-class ProducerStateTracker:
+class ProducerStateTracker(abc.ABC):
     """Seam for idempotence/transactions: called for every batch with a producer id.
 
     `validate` and `on_append` are what a tracker must answer; the other methods default to
@@ -231,15 +233,15 @@ class ProducerStateTracker:
 
     _log: "PartitionLog | None" = None
 
+    @abc.abstractmethod
     def validate(self, log: "PartitionLog", header: BatchHeader, now_ms: int) -> None:
         """Raise LogError (e.g. OUT_OF_ORDER_SEQUENCE_NUMBER) to reject the batch, or
         DuplicateBatch for a retry of a batch already appended."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def on_append(self, log: "PartitionLog", batch: StoredBatch, now_ms: int) -> None:
         """Record the appended data batch (sequence numbers, epoch, ...); not called for
         control batches (see on_marker)."""
-        raise NotImplementedError
 
     def attach(self, log: "PartitionLog") -> None:
         """Called by PartitionLog.__init__: the log whose open transactions count."""
