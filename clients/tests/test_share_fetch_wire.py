@@ -94,19 +94,7 @@ def fetch_until(node: RawClient, group: str, member: str, epoch: int, parts, wan
     return share.fetch_until(node, group, member, epoch, parts, want, wait_s, version=kw.pop("version", 2), **kw)
 
 
-# -- fixtures -----------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module", params=[1, 3], ids=["brokers=1", "brokers=3"])
-def cluster(request):
-    with ThreadedReferenceCluster(brokers=request.param) as c:
-        yield c
-
-
-@pytest.fixture()
-def client(cluster):
-    with ClusterClient(cluster.bootstrap_servers) as cc:
-        yield cc
+# -- fixtures (cluster and client: clients/tests/conftest.py) -------------------------------------
 
 
 @pytest.fixture()

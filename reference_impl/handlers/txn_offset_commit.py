@@ -57,7 +57,7 @@ class OffsetsVerification(Protocol):
         self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str, add: bool
     ) -> ErrorCode | None:
         """The same for a group's offsets partition, by group id (as AddOffsetsToTxn records it)."""
-        raise NotImplementedError
+        raise NotImplementedError  # the default: such a coordinator is asked by partition (_ask_coordinator)
 
 
 def _ask_coordinator(transactions: OffsetsVerification, ctx: RequestContext, request, add: bool) -> ErrorCode | None:
