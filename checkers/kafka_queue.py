@@ -5,10 +5,14 @@ one) and returns a list of error maps, empty when the history shows no such anom
 Every error map is JSON-ready and carries ``"type"``; ops are named by history index
 (the completion's index, or the invocation's if the op never completed).
 
-The shared index (``analyze``) is built first: who wrote each (key, value), the
-per-key *version order* from every ok/info observation (acknowledged send offsets and
-polled records), and which values any poll saw. Failed ops contribute nothing to it:
-they definitely did not happen.
+The shared index (``analyze``) is built first: who wrote each (key, value), which
+values any poll saw, and the per-key *version order* of committed records: polled records
+and the acknowledged sends of writers known to have committed (``_committed``). An
+indeterminate (info) write may explain an observation but never demands one (Jepsen,
+Elle): an acknowledged send of an info transaction may have been aborted, and a
+read_committed consumer then rightly never returns it, so it enters the order only once
+the history proves its transaction committed. Failed ops contribute nothing: they
+definitely did not happen.
 
 ``check`` runs them all and decides validity by a policy of allowed error types.
 No I/O here.
@@ -20,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from checkers.result import CheckResult, decide
-from checkers.history import CLIENT_FS, FAIL, INFO, OK, Completed, History, Key
+from checkers.history import CLIENT_FS, FAIL, INFO, OK, Completed, History, Key, Send
 
 # --------------------------------------------------------------------------- shared index
 
@@ -37,9 +41,12 @@ def _sorted(xs: Iterable[Any]) -> list:
 class VersionOrder:
     """What the history says about one key's log.
 
-    ``offsets`` are the distinct observed offsets in log order; ``index_of`` gives
-    each one's dense position (gaps from aborted records and transaction markers are
-    never observed, so they do not count as missing entries).
+    ``values_at`` holds every placement the history observed (polled records and every
+    acknowledged send of an ok or info op: a log holds one record per offset whatever
+    its transaction's fate). ``offsets_of``, ``offsets`` and ``index_of`` hold committed
+    entries only: ``offsets`` in log order, ``index_of`` each one's dense position (gaps
+    from aborted or undecided records and transaction markers are never demanded, so
+    they do not count as missing entries).
     """
 
     values_at: dict[int, set] = field(default_factory=dict)
@@ -47,12 +54,13 @@ class VersionOrder:
     offsets: list[int] = field(default_factory=list)
     index_of: dict[int, int] = field(default_factory=dict)
 
-    def observe(self, offset: int, value: Any) -> None:
+    def observe(self, offset: int, value: Any, committed: bool) -> None:
         self.values_at.setdefault(offset, set()).add(value)
-        self.offsets_of.setdefault(value, set()).add(offset)
+        if committed:
+            self.offsets_of.setdefault(value, set()).add(offset)
 
     def seal(self) -> None:
-        self.offsets = sorted(self.values_at)
+        self.offsets = sorted({o for offs in self.offsets_of.values() for o in offs})
         self.index_of = {o: i for i, o in enumerate(self.offsets)}
 
 
@@ -76,18 +84,22 @@ def analyze(history: History) -> Analysis:
     """Build the shared index every anomaly function reads."""
     ops = history.pairs()
     writer_of: dict[tuple[Key, Any], Completed] = {}
-    orders: dict[Key, VersionOrder] = {}
     seen: dict[Key, set] = {}
     for op in ops:
-        if op.f not in CLIENT_FS:
-            continue
         for s in op.sends():
             writer_of.setdefault((s.key, s.value), op)
-            if op.type != FAIL and s.offset is not None:
-                orders.setdefault(s.key, VersionOrder()).observe(s.offset, s.value)
         for r in op.reads():
-            orders.setdefault(r.key, VersionOrder()).observe(r.offset, r.value)
             seen.setdefault(r.key, set()).add(r.value)
+    orders: dict[Key, VersionOrder] = {}
+    for op in ops:
+        if op.type == FAIL:
+            continue
+        for s in op.sends():
+            if s.offset is not None:
+                committed = _committed(seen, op, s) is not None
+                orders.setdefault(s.key, VersionOrder()).observe(s.offset, s.value, committed)
+        for r in op.reads():
+            orders.setdefault(r.key, VersionOrder()).observe(r.offset, r.value, True)
     for vo in orders.values():
         vo.seal()
     max_read: dict[Key, int] = {}
@@ -97,6 +109,27 @@ def analyze(history: History) -> Analysis:
             if i > max_read.get(r.key, -1):
                 max_read[r.key] = i
     return Analysis(history, ops, writer_of, orders, seen, max_read)
+
+
+def _committed(seen: dict[Key, set], op: Completed, send: Send) -> str | None:
+    """Why ``send`` must have committed (read_committed consumers must return it), or None
+    if the history cannot tell.
+
+    ok: acknowledged. Polled: someone read it. info plain ``send`` with an offset: the
+    broker acknowledged a record no transaction can abort. info ``txn``: another of its
+    writes was polled, and a transaction commits all of its writes or none.
+    """
+    if op.type == OK:
+        return "ok"
+    if op.type != INFO:
+        return None
+    if send.value in seen.get(send.key, ()):
+        return "info, read"
+    if op.f == "send" and send.offset is not None:
+        return "info, acknowledged outside a transaction"
+    if op.f == "txn" and any(s.value in seen.get(s.key, ()) for s in op.sends()):
+        return "info, another write of the txn was read"
+    return None
 
 
 def _analysis(h: History | Analysis) -> Analysis:
@@ -133,26 +166,14 @@ def duplicate_cases(h: History | Analysis) -> list[dict]:
 # --------------------------------------------------------------------------- lost / unseen
 
 
-def _committed(a: Analysis, op: Completed) -> str | None:
-    """Why ``op``'s writes must have committed, or None if we cannot tell.
-
-    ok: acknowledged. info txn: another of its writes was polled, and a transaction
-    commits all of its writes or none.
-    """
-    if op.type == OK:
-        return "ok"
-    if op.type == INFO and op.f == "txn":
-        if any(s.value in a.seen.get(s.key, ()) for s in op.sends()):
-            return "info, another write of the txn was read"
-    return None
-
-
 def _unseen_writes(a: Analysis) -> Iterable[tuple[Completed, Any, str, dict]]:
     """Committed writes that no poll ever observed, with where they must sit."""
     for (k, v), op in a.writer_of.items():
-        if op.f not in CLIENT_FS or v in a.seen.get(k, ()):
+        if v in a.seen.get(k, ()):
             continue
-        why = _committed(a, op)
+        sends = op.sends()
+        me = next(s for s in sends if s.key == k and s.value == v)
+        why = _committed(a.seen, op, me)
         if why is None:
             continue
         vo = a.version_orders.get(k)
@@ -165,8 +186,6 @@ def _unseen_writes(a: Analysis) -> Iterable[tuple[Completed, Any, str, dict]]:
             else:
                 # A producer's sends to one key are appended in order, so a later send
                 # of the same op to the same key bounds this one from above.
-                sends = op.sends()
-                me = next(s for s in sends if s.key == k and s.value == v)
                 later = [vo.index_of[min(vo.offsets_of[s.value])] for s in sends
                          if s.key == k and s.position > me.position and vo.offsets_of.get(s.value)]
                 if later:
@@ -177,8 +196,8 @@ def _unseen_writes(a: Analysis) -> Iterable[tuple[Completed, Any, str, dict]]:
 def lost_write_cases(h: History | Analysis) -> list[dict]:
     """A committed write no poll observed, although polls of its key read past it.
 
-    Committed means the writer completed ok, or it was an indeterminate (info)
-    transaction some other write of which was polled. "Past it" means some poll of the
+    Committed as ``_committed`` says (an info write only when the history proves it
+    landed). "Past it" means some poll of the
     key observed a version-order index above the write's own (known from its send
     offset, or bounded by a later send of the same op to the same key).
     """
@@ -236,13 +255,14 @@ def precommitted_read_cases(h: History | Analysis) -> list[dict]:
 
     Two forms the history can prove: ``own-write``, a transaction polled a value it
     sent itself (its commit comes after all of its micro-ops, and read_committed hides
-    uncommitted records from every consumer, its own included); ``future-read``, the
-    reading op completed before the writing op was even invoked.
+    uncommitted records from every consumer, its own included; a plain ``send`` op has
+    no commit to wait for); ``future-read``, the reading op completed before the writing
+    op was even invoked.
     """
     a = _analysis(h)
     out = []
     for op in _reader_ops(a):
-        own = {(s.key, s.value) for s in op.sends()}
+        own = {(s.key, s.value) for s in op.sends()} if op.f == "txn" else set()
         for r in op.reads():
             if (r.key, r.value) in own:
                 out.append({"type": "precommitted-read", "kind": "own-write", "key": r.key,

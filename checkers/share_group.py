@@ -44,6 +44,9 @@ class ShareAnalysis:
     """Observed share-partition start offsets per key, in invocation order."""
     exits: dict[Any, Completed]
     """First leave / crash of each process."""
+    unknown_fetches: list[Completed]
+    """Fetches whose outcome is unknown (info, or never completed): each may have acquired
+    any record without the history saying which, so it may explain an observation."""
     delivery_limit: int
     lock_duration_ms: int | None
 
@@ -70,7 +73,9 @@ def analyze(history: ShareHistory, delivery_limit: int = DEFAULT_DELIVERY_LIMIT,
                 spsos.setdefault(k, []).append((o, op))
         if op.f in ("leave", "crash"):
             exits.setdefault(op.process, op)
-    return ShareAnalysis(history, ops, acquisitions, acks, produced, spsos, exits, delivery_limit, lock_duration_ms)
+    unknown = [op for op in ops if op.f == "fetch" and op.type == INFO]
+    return ShareAnalysis(history, ops, acquisitions, acks, produced, spsos, exits, unknown, delivery_limit,
+                         lock_duration_ms)
 
 
 def _analysis(h: ShareHistory | ShareAnalysis) -> ShareAnalysis:
@@ -219,14 +224,22 @@ def acquired_below_spso_cases(h: ShareHistory | ShareAnalysis) -> list[dict]:
 def _settlement(a: ShareAnalysis, rec: Offset) -> str | None:
     """Why the record surely or possibly left the group: an acknowledged ACCEPT/REJECT, a
     delivery at the limit (it is archived once that delivery ends), an unknown-outcome
-    ACCEPT/REJECT (possibly). None when nothing in the history settles it."""
+    ACCEPT/REJECT (possibly), unknown-outcome fetches enough to have taken it to the limit
+    unseen (possibly). None when nothing in the history settles it."""
     entries = a.acks.get(rec, ())
     if any(_ack_ok(e) and rules.settles(e.ack) for e in entries):
         return "acknowledged"
-    if any(acq.delivery_count >= a.delivery_limit for acq in a.acquisitions.get(rec, ())):
+    acqs = a.acquisitions.get(rec, ())
+    top = max(acqs, key=lambda acq: acq.delivery_count, default=None)
+    count = 0 if top is None else top.delivery_count
+    if count >= a.delivery_limit:
         return "archived at the delivery limit"
     if any(e.op.type == INFO and rules.settles(e.ack) for e in entries):
         return "acknowledgement outcome unknown"
+    since = a.produced[rec] if top is None else top.op
+    unseen = sum(1 for f in a.unknown_fetches if f.end > since.start)  # one delivery per fetch at most
+    if count + unseen >= a.delivery_limit:
+        return "fetch outcomes unknown"
     return None
 
 
@@ -264,22 +277,33 @@ def unsettled_cases(h: ShareHistory | ShareAnalysis) -> list[dict]:
 # --------------------------------------------------------------------------- acknowledgements
 
 
+def _maybe_acquired(a: ShareAnalysis, e: AckEntry, after: Completed | None) -> bool:
+    """Whether an unknown-outcome fetch of the acknowledging member may have acquired the
+    record after ``after`` ended (None: at any time) and before the acknowledgement."""
+    return any(f.process == e.op.process and f.start < e.op.end and (after is None or f.end > after.start)
+               for f in a.unknown_fetches)
+
+
 def _why_not_holder(a: ShareAnalysis, e: AckEntry) -> tuple[str, dict] | None:
+    """Why the member surely did not hold the record when the acknowledgement took effect;
+    None when it may have (an unknown-outcome fetch of its own may have acquired it)."""
     me = e.op.process
     before = [acq for acq in a.acquisitions.get((e.key, e.offset), ()) if _precedes(acq.op, e.op)]
     mine = [acq for acq in before if acq.op.process == me]
     if not mine:
-        return "never-acquired", {}
+        return None if _maybe_acquired(a, e, None) else ("never-acquired", {})
     last = mine[-1]
     for acq in before:
-        if acq.op.process != me and _precedes(last.op, acq.op):
+        if acq.op.process != me and _precedes(last.op, acq.op) and not _maybe_acquired(a, e, acq.op):
             return "acquired-by-other", {"other": acq.op.process, "other-fetch": acq.op.index}
     for prior in a.acks.get((e.key, e.offset), ()):
         if (prior.op.process == me and _ack_ok(prior) and prior.op is not e.op
-                and _precedes(last.op, prior.op) and _precedes(prior.op, e.op)):
+                and _precedes(last.op, prior.op) and _precedes(prior.op, e.op)
+                and not _maybe_acquired(a, e, prior.op)):
             return "already-acknowledged", {"prior-ack": prior.ack, "prior-ack-op": prior.op.index}
     exit_ = a.exits.get(me)
-    if exit_ is not None and _precedes(last.op, exit_) and _precedes(exit_, e.op):
+    if (exit_ is not None and exit_.f == "leave" and exit_.type == OK and _precedes(last.op, exit_)
+            and _precedes(exit_, e.op) and not _maybe_acquired(a, e, exit_)):
         return "member-left", {"exit-op": exit_.index}
     return None
 
@@ -287,7 +311,8 @@ def _why_not_holder(a: ShareAnalysis, e: AckEntry) -> tuple[str, dict] | None:
 def non_holder_ack_cases(h: ShareHistory | ShareAnalysis) -> list[dict]:
     """The broker accepted (ok) an acknowledgement from a member that did not hold the
     record: it never acquired it, another member surely acquired it since, the member
-    already acknowledged it since its last acquisition, or the member had left."""
+    already acknowledged it since its last acquisition, or the member had left (an ok
+    leave). A fetch of the member's with an unknown outcome may have (re)acquired it."""
     a = _analysis(h)
     out = []
     for (k, o), entries in sorted(a.acks.items()):
@@ -358,6 +383,7 @@ def check(history: ShareHistory, allowed: Iterable[str] = (), indeterminate: Ite
         "acknowledged": sum(1 for why in settled.values() if why == "acknowledged"),
         "archived-at-limit": sum(1 for why in settled.values() if why == "archived at the delivery limit"),
         "ack-outcome-unknown": sum(1 for why in settled.values() if why == "acknowledgement outcome unknown"),
+        "fetch-outcome-unknown": sum(1 for why in settled.values() if why == "fetch outcomes unknown"),
         "members": len({op.process for op in a.ops if op.f != "produce"}),
     }
     return decide(errors, allowed, indeterminate, evidence=bool(a.acquisitions),

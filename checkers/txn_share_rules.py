@@ -20,9 +20,12 @@ as in ``checkers.share_group``. Kinds:
 Anomaly types (each names the catalog ids it breaks, ``REQUIREMENTS``):
 
 * ``aborted-ack-applied``: a record whose only settling acknowledgements were staged in
-  transactions that aborted is observed settled.
-* ``pending-acquired``: a staged record is delivered again before its transaction's EndTxn,
-  while the staging member's lock surely held, with no fail-over in between.
+  transactions that aborted is observed acknowledged (archived is no evidence: after the
+  abort the record is acquired again, and a lock expiry at the delivery limit archives it).
+* ``pending-acquired``: a staged record is delivered again before any EndTxn of its
+  transaction was sent (one with an unknown outcome may have ended it) and before any
+  ordinary acknowledgement of it (after an abort, a RELEASE makes it available), while the
+  staging member's lock surely held, with no fail-over in between.
 * ``pending-acquired-after-failover``: the same across a fail-over (in-memory TX_PENDING lost,
   corner cases 1 and 12): allowed when the run had fail-overs.
 * ``committed-ack-lost``: a record staged with ACCEPT/REJECT in a committed transaction is
@@ -124,19 +127,22 @@ def aborted_ack_applied_cases(ix: _Index) -> list[dict]:
         if end is None or end.committed:
             continue
         for rec in stage.records:
-            seen = [o for o in ix.of("observe", rec) if o.state in SETTLED_STATES and _before(end, o)]
+            seen = [o for o in ix.of("observe", rec) if o.state == "acknowledged" and _before(end, o)]
             if seen and not _settled_elsewhere(ix, rec, stage.txn):
                 out.append(_case("aborted-ack-applied", rec, stage=stage, end=end, observed=seen[0]))
     return out
 
 
 def _pending_acquisitions(ix: _Index) -> Iterable[tuple[TxnShareOp, Record, TxnShareOp]]:
-    """(stage, record, acquisition) with the acquisition surely inside the pending window."""
+    """(stage, record, acquisition) with the acquisition surely inside the pending window:
+    after the staging, before every EndTxn of the transaction (any outcome) and every
+    ordinary acknowledgement of the record (any outcome) could have taken effect."""
     for stage in ix.stages:
-        end = ix.ends.get(stage.txn)
+        ends = [o for o in ix.ops if o.kind == "end" and o.txn == stage.txn]
         for rec in stage.records:
+            acks = [o for o in ix.of("ack", rec) if o.end >= stage.start]
             for acq in ix.of("acquire", rec):
-                surely_pending = _before(stage, acq) and (end is None or _before(acq, end))
+                surely_pending = _before(stage, acq) and all(_before(acq, o) for o in ends + acks)
                 if surely_pending and acq.end < ix.lock_held_until(stage):
                     yield stage, rec, acq
 

@@ -1,7 +1,9 @@
 """`kipcheck certify` and `kipcheck report`: run the conformance suites under pytest against
 the targets, then build the certification report (report.json, report.html) from the
 results rows; `report` rebuilds it from the rows of an earlier run. How complete the run
-was goes to OUT/results/run.json (conformance/run_status.py)."""
+was goes to OUT/results/run.json (conformance/run_status.py); when the run ends, certify
+seals the results (OUT/results/seal.json, reports/seal.py: `report` and `verify` refuse rows
+that no longer match) and lists what it wrote in OUT (cli/out_manifest.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,6 @@ import argparse
 import contextlib
 import importlib.util
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,11 +19,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import conformance
+from cli import out_manifest
 from cli.common import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, PLUGIN_MODULE, SUITES_PACKAGE, UsageError, err,
                         load_catalog_or_fail, not_utf8, now_iso, parse_specs, plugin_registered)
 from conformance import run_status
 from conformance.preflight import check_all
 from conformance.progress import Progress
+from reports import seal
 from reports.certification import build_report_from_dir, exit_code, summary_lines, write_json
 from reports.html_report import write_html
 
@@ -89,15 +92,6 @@ def pytest_command(
         cmd += ["-k", " or ".join(f"({s})" for s in suite)]
     cmd += list(extra)
     return cmd
-
-
-def _reset_dir(path: Path) -> None:
-    """Empty a directory kipcheck owns (OUT/results, OUT/allure-results) before a run."""
-    if path.is_symlink() or path.is_file():
-        path.unlink()
-    elif path.is_dir():
-        shutil.rmtree(path)
-    path.mkdir(parents=True)
 
 
 class _Stop:
@@ -193,7 +187,34 @@ def _narrowing(suite: Sequence[str] | None, extra: Sequence[str]) -> dict[str, A
             **({"explicit_tests": explicit} if explicit else {})}
 
 
+def _sign_key(path: str | None) -> bytes | None:
+    """The vendor's Ed25519 private key (PEM), checked before any test runs."""
+    if path is None:
+        return None
+    try:
+        pem = Path(path).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read --sign-key {path}: {exc.strerror or exc}") from None
+    try:
+        seal.load_private_key(pem)
+    except seal.SealError as exc:
+        raise UsageError(f"--sign-key {path}: {exc}") from None
+    return pem
+
+
+def _make_dirs(*dirs: Path) -> None:
+    for d in dirs:
+        if d.exists() and not d.is_dir():
+            raise UsageError(f"{d} is a file, not a directory (choose another --out)")
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"cannot prepare output directory {d}: {exc.strerror or exc}") from None
+
+
 def cmd_certify(args: argparse.Namespace) -> int:
+    out = Path(args.out).resolve()  # never empty: reports.usage.non_empty_path (cli/main.py)
+    sign_key = _sign_key(args.sign_key)
     specs = parse_specs(args.targets or ["reference"])
     workers = str(args.workers)
     if not (workers == "auto" or workers == "logical" or workers.isdigit()):
@@ -205,68 +226,63 @@ def cmd_certify(args: argparse.Namespace) -> int:
         raise UsageError(f"unexpected argument {extra[0]!r} (extra pytest arguments go after `--`)")
     extra = extra[1:]
     _check_importable(SUITES_PACKAGE)
-    out = Path(args.out).resolve()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        results_dir = out / "results"
-        allure_dir = None if args.no_allure else out / "allure-results"
-        _reset_dir(results_dir)
-        if allure_dir is not None:
-            _reset_dir(allure_dir)
+    results_dir = out / "results"
+    allure_dir = None if args.no_allure else out / "allure-results"
+    _make_dirs(out)
+    with out_manifest.run_folder(out):
+        _make_dirs(results_dir, *([allure_dir] if allure_dir is not None else []))
         ini = out / ".kipcheck-pytest.ini"
         ini.write_text(PYTEST_INI, encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot prepare output directory {out}: {exc}") from None
+        command = ["kipcheck", *getattr(args, "argv", ["certify"])]
+        say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, flush=True))
+        say(f"kipcheck certify: targets {', '.join(specs)} -> {out}")
+        t0 = time.monotonic()
+        run = run_status.new_run(command)
+        unreachable = check_all(specs)
+        if unreachable:
+            run = run_status.finalize(results_dir, run, unreachable_targets=unreachable, expected_tests=0,
+                                      requested_targets=specs, scope=_narrowing(args.suite, extra),
+                                      reasons=[f"target {s} unreachable: {r}" for s, r in unreachable.items()],
+                                      finished_at=now_iso(), duration_s=round(time.monotonic() - t0, 3))
+            run_status.write(results_dir, run)
+            return _finish_certify(run, results_dir, out, args, specs, allure_dir, None, sign_key)
 
-    command = ["kipcheck", *getattr(args, "argv", ["certify"])]
-    say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, flush=True))
-    say(f"kipcheck certify: targets {', '.join(specs)} -> {out}")
-    t0 = time.monotonic()
-    run = run_status.new_run(command)
-    unreachable = check_all(specs)
-    if unreachable:
-        run = run_status.finalize(results_dir, run, unreachable_targets=unreachable, expected_tests=0,
-                                  scope=_narrowing(args.suite, extra),
-                                  reasons=[f"target {s} unreachable: {r}" for s, r in unreachable.items()],
-                                  finished_at=now_iso(), duration_s=round(time.monotonic() - t0, 3))
+        cmd = pytest_command(specs, results_dir, allure_dir, args.suite, workers, extra, ini, test_timeout)
+        stop = _Stop()
+        progress = Progress(results_dir, quiet=args.quiet)
+        rc = _run_pytest(cmd, out, progress, time_limit, stop)
+        stored = run_status.load(results_dir) or run
+        stored["command"] = command
+        stored["started_at"] = run["started_at"]
+        updates: dict[str, Any] = {"scope": _narrowing(args.suite, extra), "finished_at": now_iso(),
+                                   "duration_s": round(time.monotonic() - t0, 3), "pytest_command": cmd,
+                                   "pytest_exit_code": rc, "workers": workers,
+                                   "wall_time_s": round(time.monotonic() - t0, 3), "requested_targets": specs}
+        if not stored.get("scope", {}).get("narrowed") and not updates["scope"]["narrowed"]:
+            updates["scope"].pop("narrowed")
+        if stored.get("expected_tests") is None and progress.expected is not None:
+            updates["expected_tests"] = progress.expected
+        if stop.signal is not None:
+            updates["interrupted"] = {"signal": stop.signal, "at": stop.at}
+            stored["reasons"] = [r for r in stored.get("reasons") or [] if not r.startswith("interrupted after")]
+            done = len(run_status.read_rows(results_dir))
+            expected = stored.get("expected_tests") or updates.get("expected_tests")
+            updates["reasons"] = [f"{stop.cause} after {done} of {expected if expected is not None else '?'} tests"]
+        elif rc == 3:
+            stored["status"] = "internal_error"
+            updates["reasons"] = [f"pytest hit an internal error; see {out / 'pytest.log'}"]
+        elif rc < 0 or rc > 5:
+            updates["worker_crashes"] = [f"pytest died (exit status {rc}); see {out / 'run.log'}"]
+        if stored.get("scope", {}).get("narrowed"):
+            updates["scope"]["narrowed"] = True
+        run = run_status.finalize(results_dir, stored, **updates)
         run_status.write(results_dir, run)
-        return _finish_certify(run, results_dir, out, args, specs, allure_dir, rc=None)
-
-    cmd = pytest_command(specs, results_dir, allure_dir, args.suite, workers, extra, ini, test_timeout)
-    stop = _Stop()
-    progress = Progress(results_dir, quiet=args.quiet)
-    rc = _run_pytest(cmd, out, progress, time_limit, stop)
-    stored = run_status.load(results_dir) or run
-    stored["command"] = command
-    stored["started_at"] = run["started_at"]
-    updates: dict[str, Any] = {"scope": _narrowing(args.suite, extra), "finished_at": now_iso(),
-                               "duration_s": round(time.monotonic() - t0, 3), "pytest_command": cmd,
-                               "pytest_exit_code": rc, "workers": workers,
-                               "wall_time_s": round(time.monotonic() - t0, 3)}
-    if not stored.get("scope", {}).get("narrowed") and not updates["scope"]["narrowed"]:
-        updates["scope"].pop("narrowed")
-    if stored.get("expected_tests") is None and progress.expected is not None:
-        updates["expected_tests"] = progress.expected
-    if stop.signal is not None:
-        updates["interrupted"] = {"signal": stop.signal, "at": stop.at}
-        stored["reasons"] = [r for r in stored.get("reasons") or [] if not r.startswith("interrupted after")]
-        done = len(run_status.read_rows(results_dir))
-        expected = stored.get("expected_tests") or updates.get("expected_tests")
-        updates["reasons"] = [f"{stop.cause} after {done} of {expected if expected is not None else '?'} tests"]
-    elif rc == 3:
-        stored["status"] = "internal_error"
-        updates["reasons"] = [f"pytest hit an internal error; see {out / 'pytest.log'}"]
-    elif rc < 0 or rc > 5:
-        updates["worker_crashes"] = [f"pytest died (exit status {rc}); see {out / 'run.log'}"]
-    if stored.get("scope", {}).get("narrowed"):
-        updates["scope"]["narrowed"] = True
-    run = run_status.finalize(results_dir, stored, **updates)
-    run_status.write(results_dir, run)
-    return _finish_certify(run, results_dir, out, args, specs, allure_dir, rc)
+        return _finish_certify(run, results_dir, out, args, specs, allure_dir, rc, sign_key)
 
 
 def _finish_certify(run: dict[str, Any], results_dir: Path, out: Path, args: argparse.Namespace, specs: list[str],
-                    allure_dir: Path | None, rc: int | None) -> int:
+                    allure_dir: Path | None, rc: int | None, sign_key: bytes | None) -> int:
+    seal.write(results_dir, sign_key)  # the rows are final: from here on they can only be read
     report = _build_and_write(results_dir, out, args.format, target_order=specs)
     if allure_dir is not None:
         _allure_environment(allure_dir, report)
@@ -303,6 +319,8 @@ def _build_and_write(results_dir: Path, out: Path, fmt: str, target_order: list[
                                        deviations_path=deviations)
     except FileNotFoundError as exc:
         raise UsageError(str(exc)) from None
+    except seal.SealError as exc:
+        raise UsageError(f"{results_dir} does not match its seal: {exc}") from None
     except UnicodeDecodeError:
         raise UsageError(not_utf8(results_dir)) from None
     try:
@@ -355,7 +373,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     results_dir = Path(args.results_dir).resolve()
     if not results_dir.is_dir():
         raise UsageError(f"results directory {args.results_dir} does not exist")
-    if args.out:
+    if args.out is not None:
         out = Path(args.out).resolve()
     else:
         out = results_dir.parent if results_dir.name == "results" else results_dir

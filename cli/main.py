@@ -3,6 +3,7 @@
     kipcheck certify [--target SPEC]... [--out DIR] [--suite EXPR] [-n WORKERS]
                      [--test-timeout S] [--time-limit S] [-q] [-- PYTEST_ARGS]
     kipcheck report RESULTS_DIR [--out DIR]
+    kipcheck verify DIR [--key PUBLIC_KEY]
     kipcheck catalog [--kip KIP] [--untested] [--results DIR]
     kipcheck broker [--host H] [--port P] [--brokers N]
     kipcheck target up SPEC
@@ -10,7 +11,8 @@
 Exit codes: 0 success (certify/report: no test failed on any target; a narrowed run
 reads PARTIAL SCOPE), 1 a test failed or errored, 2 usage or infrastructure error, an
 unreachable target (NOT RUN) or an incomplete run (interrupted, --time-limit, crashed
-worker). Bad input: one line `kipcheck: error: ...` on stderr, never a traceback.
+worker). Bad input: one line `kipcheck <command>: error: <what> (<hint>)` on stderr, exit 2,
+never a traceback (reports/usage.py).
 certify records how complete the run was in OUT/results/run.json (conformance/run_status.py).
 See docs/cli.md.
 
@@ -28,11 +30,12 @@ import sys
 from typing import Any, Callable, Sequence
 
 from chaos import chaos_cmd
-from cli import catalog, certify, cluster
-from cli.common import EXIT_OK, EXIT_USAGE, UsageError, err
+from cli import catalog, certify, cluster, verify
+from cli.common import EXIT_OK, EXIT_USAGE, UsageError, err, running
 from conformance import power
 from replay import check_cmd, diff_cmd, replay_cmd
 from reports.certification import kipcheck_version
+from reports.usage import non_empty_path, non_negative_int, positive_float, positive_int, usage_line
 from targets import image_cmd
 
 DEFAULT_OUT = "kipcheck-report"
@@ -45,6 +48,7 @@ MODULE_COMMANDS = {
     "chaos": chaos_cmd,
     "image": image_cmd,
     "power": power,
+    "verify": verify,
 }
 
 #: Subcommand -> its body, which returns the exit code.
@@ -64,9 +68,12 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 
 class _Parser(argparse.ArgumentParser):
+    """argparse's refusals in the one-line format of every command (no usage block)."""
+
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"kipcheck: error: {self.prog.removeprefix('kipcheck').strip() + ': ' if self.prog != 'kipcheck' else ''}{message}\n")
+        words = self.prog.split()
+        command = words[1] if len(words) > 1 else None
+        self.exit(EXIT_USAGE, usage_line(command, message, f"see {self.prog} --help") + "\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -96,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="target spec, repeatable: reference[:nodes=N], kafka-native:VERSION[:nodes=N], "
         "librdkafka-mock, kfake, testcontainers:IMAGE, external:HOST:PORT (default: reference)",
     )
-    c.add_argument("--out", "-o", default=DEFAULT_OUT, metavar="DIR", help=f"output directory (default: ./{DEFAULT_OUT})")
+    c.add_argument("--out", "-o", default=DEFAULT_OUT, type=non_empty_path, metavar="DIR",
+                   help=f"output directory (default: ./{DEFAULT_OUT})")
     c.add_argument(
         "--suite",
         "-s",
@@ -122,12 +130,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="report files to write: all (report.json and report.html), json or html (default: all)",
     )
     c.add_argument("--no-allure", action="store_true", help="do not write OUT/allure-results")
+    c.add_argument("--sign-key", metavar="FILE", type=non_empty_path, help="sign the evidence seal with this Ed25519 private key (PEM)")
     c.add_argument("--quiet", "-q", action="store_true",
                    help="print only the final summary (pytest's output is always in OUT/pytest.log, "
                    "client library logs in OUT/run.log)")
-    c.add_argument("--test-timeout", type=float, metavar="SECONDS",
+    c.add_argument("--test-timeout", type=positive_float(), metavar="SECONDS",
                    help="deadline of every test, overriding its own (default: per test, see docs/cli.md)")
-    c.add_argument("--time-limit", type=float, metavar="SECONDS",
+    c.add_argument("--time-limit", type=positive_float(), metavar="SECONDS",
                    help="stop the run after SECONDS; what ran is reported and the result is INCOMPLETE")
     c.add_argument("pytest_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
@@ -136,17 +145,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="rebuild the report from an existing results directory",
         description="Rebuild report.json and report.html from the results rows of an earlier run.",
     )
-    r.add_argument("results_dir", metavar="RESULTS_DIR", help="directory holding *.jsonl result rows (e.g. OUT/results)")
+    r.add_argument("results_dir", metavar="RESULTS_DIR", type=non_empty_path, help="directory holding *.jsonl result rows (e.g. OUT/results)")
     r.add_argument(
         "--out",
         "-o",
+        type=non_empty_path,
         metavar="DIR",
         help="where to write the report (default: the parent of RESULTS_DIR when it is named `results`, else RESULTS_DIR)",
     )
     r.add_argument("--format", choices=("all", "json", "html"), default="all", help="report files to write (default: all)")
-    r.add_argument("--catalog", metavar="DIR", help="requirement catalog directory (default: the packaged catalog)")
-    r.add_argument("--divergences", metavar="FILE", help="divergence register (default: the packaged divergences.yaml)")
-    r.add_argument("--deviations", metavar="FILE", help="known-deviation register (default: the packaged deviations.yaml)")
+    r.add_argument("--catalog", metavar="DIR", type=non_empty_path, help="requirement catalog directory (default: the packaged catalog)")
+    r.add_argument("--divergences", metavar="FILE", type=non_empty_path, help="divergence register (default: the packaged divergences.yaml)")
+    r.add_argument("--deviations", metavar="FILE", type=non_empty_path, help="known-deviation register (default: the packaged deviations.yaml)")
 
     k = sub.add_parser(
         "catalog",
@@ -156,10 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     k.add_argument("--kip", action="append", metavar="KIP", help="only this KIP (KIP-98, 98, PROTO, ...); repeatable")
     k.add_argument("--untested", action="store_true", help="only requirements that no test covers")
-    k.add_argument("--results", metavar="DIR", help="results directory of a run: show per-target verdicts")
+    k.add_argument("--results", metavar="DIR", type=non_empty_path, help="results directory of a run: show per-target verdicts")
     k.add_argument("--no-collect", action="store_true", help="do not collect the suites (no coverage column)")
     k.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    k.add_argument("--catalog", metavar="DIR", help="requirement catalog directory (default: the packaged catalog)")
+    k.add_argument("--catalog", metavar="DIR", type=non_empty_path, help="requirement catalog directory (default: the packaged catalog)")
 
     b = sub.add_parser(
         "broker",
@@ -168,8 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
         "Prints `bootstrap=HOST:PORT[,...]` as its first line.",
     )
     b.add_argument("--host", default="127.0.0.1", help="listen address (default: 127.0.0.1)")
-    b.add_argument("--port", type=int, default=9092, help="port of node 1; node i listens on PORT+i-1; 0 = ephemeral (default: 9092)")
-    b.add_argument("--brokers", type=int, default=1, metavar="N", help="number of broker nodes (default: 1)")
+    b.add_argument("--port", type=non_negative_int(65535), default=9092, help="port of node 1; node i listens on PORT+i-1; 0 = ephemeral (default: 9092)")
+    b.add_argument("--brokers", type=positive_int(), default=1, metavar="N", help="number of broker nodes (default: 1)")
     b.add_argument("--advertised-host", metavar="HOST", help="host advertised in Metadata (default: --host)")
     b.add_argument("--log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR"), help="log level (default: WARNING)")
 
@@ -192,11 +202,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rec.add_argument("--upstream", required=True, help="bootstrap host:port[,host:port...] of the real cluster")
     rec.add_argument("--listen", default="127.0.0.1:0", help="host:port of the first proxy listener (0: ephemeral)")
-    rec.add_argument("--out", required=True, help="trace directory")
+    rec.add_argument("--out", required=True, type=non_empty_path, help="trace directory")
     rec.add_argument("--payloads", choices=("keep", "hash", "drop"), default="keep",
                      help="record keys/values/headers as sent, as SHA-256, or not at all (default: keep)")
-    rec.add_argument("--segment-max-bytes", type=int, default=64 << 20)
-    rec.add_argument("--segment-max-seconds", type=float, default=60.0)
+    rec.add_argument("--segment-max-bytes", type=positive_int(), default=64 << 20)
+    rec.add_argument("--segment-max-seconds", type=positive_float(), default=60.0)
     rec.add_argument("--advertised-host", default=None, help="host put in rewritten endpoints (default: listen host)")
     rec.add_argument("--writer", choices=("thread", "process"), default="thread",
                      help="write the trace from a thread (default) or a child process (lower added latency)")
@@ -227,6 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_module_command(sub, "image", help="build or load the apache/kafka image offline")
     _add_module_command(sub, "power", help="prove the suite catches every seeded reference bug",
                        description="See docs/suite-power.md. Exit 0 every bug caught, 1 a bug missed, 2 usage error.")
+    _add_module_command(sub, "verify", help="check a certification folder against its evidence seal",
+                        description="See docs/certify-your-cluster.md. Exit 0 the rows, run.json and report.json "
+                        "match the seal (and the key, with --key), 2 they do not.")
     return p
 
 
@@ -243,10 +256,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.argv = argv
     except SystemExit as exc:  # --help, --version, usage errors
         return int(exc.code) if isinstance(exc.code, int) else (EXIT_OK if exc.code is None else EXIT_USAGE)
+    with running(args.command):
+        return _dispatch(args)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    """Run the command; whatever stops it early is one `err` line, never a traceback."""
     try:
         return int(COMMANDS[args.command](args))
     except UsageError as exc:
-        err(str(exc))
+        err(exc.what, exc.hint)
         return EXIT_USAGE
     except KeyboardInterrupt:
         err("interrupted")

@@ -40,19 +40,22 @@ def admin(target: Target) -> AdminClient:
     return AdminClient(config(target))
 
 
-def create_topic(target: Target, topic: str, partitions: int = 1, timeout: float = DEFAULT_TIMEOUT_S, **topic_config: str) -> None:
-    """Create a topic and wait until every partition has a leader in metadata.
+def create_topic(target: Target, topic: str, partitions: int = 1, timeout: float = DEFAULT_TIMEOUT_S,
+                 replication: int = -1, **topic_config: str) -> None:
+    """Create a topic (`replication` -1: the broker's default) and wait until every partition
+    has a leader in metadata.
 
     Targets without CreateTopics (librdkafka's mock) create it by their own means."""
     client = admin(target)
     if target.capabilities().supports_api(ApiKey.CREATE_TOPICS):
         futures = client.create_topics(
-            [NewTopic(topic, num_partitions=partitions, replication_factor=-1, config=topic_config)],
+            [NewTopic(topic, num_partitions=partitions, replication_factor=replication, config=topic_config)],
             operation_timeout=timeout,
         )
         futures[topic].result(timeout)
-    elif topic_config:
-        raise NotSupportedByTarget(f"{target.kind} cannot create topics with configs {sorted(topic_config)}")
+    elif topic_config or replication != -1:
+        raise NotSupportedByTarget(
+            f"{target.kind} cannot create topics with configs {sorted(topic_config)} or replication {replication}")
     else:
         target.provision_topic(topic, partitions)
     deadline = time.monotonic() + timeout

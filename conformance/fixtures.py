@@ -28,7 +28,9 @@ def target(request: pytest.FixtureRequest, kipcheck_targets: TargetPool) -> Targ
     state = state_of(request.config)
     spec: TargetSpec = getattr(request, "param", None) or state.specs[0]
     try:
-        return kipcheck_targets.get(spec)
+        started = kipcheck_targets.get(spec)
+        state.health.watch(spec.raw, started)  # conformance/target_health.py: is it still answering?
+        return started
     except TargetError as exc:
         state.failed_targets[spec.raw] = str(exc)
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

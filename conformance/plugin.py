@@ -126,6 +126,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(ReportCounter(state), "kipcheck-report-counter")
     if results_dir is not None and not is_xdist_worker(config):
         results_dir.mkdir(parents=True, exist_ok=True)
-        for pattern in ("results-*.jsonl", "targets-*.json", "session.json", "expected.json", "run.json"):
+        # seal.json too: it sealed the rows this run replaces (reports/seal.py)
+        for pattern in ("results-*.jsonl", "targets-*.json", "session.json", "expected.json", "run.json", "seal.json"):
             for old in results_dir.glob(pattern):
                 old.unlink()

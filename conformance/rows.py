@@ -15,9 +15,12 @@ from clients.normalize import jsonable
 
 from conformance import deadlines, evidence
 from conformance.items import SUITES_PARTS, is_recorded, item_spec, name_without_params, requirement_ids
-from conformance.state import DIVERGENCES_KEY, NOT_SUPPORTED_KEY, NOT_SUPPORTED_PREFIX, PHASES_KEY, KipcheckState, state_of
+from conformance.state import (
+    DIVERGENCES_KEY, NOT_SUPPORTED_KEY, NOT_SUPPORTED_PREFIX, PHASES_KEY, TARGET_DOWN_KEY, TARGET_RESUMED_KEY,
+    KipcheckState, state_of,
+)
 
-VERDICTS = ("pass", "fail", "not_supported", "error", "skipped")
+VERDICTS = ("pass", "fail", "not_supported", "error", "skipped", "not_run")
 
 
 def _suite_name(item: pytest.Item) -> str:
@@ -61,6 +64,8 @@ def _verdict(item: pytest.Item, phases: dict[str, pytest.TestReport]) -> tuple[s
             return "not_supported", reason
         return "skipped", reason
 
+    if TARGET_DOWN_KEY in item.stash:
+        return "not_run", _reason(setup) if setup is not None else "not run: target down"
     if setup is not None and setup.failed:
         return "error", f"setup: {_reason(setup)}"
     if setup is not None and setup.skipped:
@@ -113,10 +118,14 @@ def build_row(item: pytest.Item, phases: dict[str, pytest.TestReport]) -> dict[s
         "duration_s": round(sum(r.duration for r in phases.values()), 6),
         "divergences": list(item.stash.get(DIVERGENCES_KEY, [])),
     }
+    if TARGET_DOWN_KEY in item.stash:
+        row["target_down"] = item.stash[TARGET_DOWN_KEY]
+    if TARGET_RESUMED_KEY in item.stash:
+        row["target_resumed"] = item.stash[TARGET_RESUMED_KEY]
     if timed_out:
         row["timed_out"] = True
         row["deadline_s"] = info["seconds"]
-    if verdict != "pass":
+    if verdict not in ("pass", "not_run"):
         row["evidence"] = _evidence(item, phases, spec)
     uuid = _allure_uuid(item)
     if uuid:

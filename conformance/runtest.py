@@ -1,6 +1,7 @@
 """Running a test: its deadline per phase (conformance/deadlines.py), NotSupportedByTarget
-turned into a ``not_supported`` skip, allure labels, and after teardown retiring a cluster
-target whose tests are done (conformance/scheduling.py)."""
+turned into a ``not_supported`` skip, the target's health before it (a quiet target: the
+test is not run, conformance/target_health.py), allure labels, and after teardown retiring
+a cluster target whose tests are done (conformance/scheduling.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from conformance.deadlines import phase_deadline
 from conformance.evidence import RECORDER
 from conformance.items import is_recorded, item_spec, requirement_ids
 from conformance.scheduling import retire_if_done
-from conformance.state import NOT_SUPPORTED_KEY, NOT_SUPPORTED_PREFIX, state_of
+from conformance.state import (
+    NOT_SUPPORTED_KEY, NOT_SUPPORTED_PREFIX, TARGET_DOWN_KEY, TARGET_RESUMED_KEY, state_of,
+)
 
 
 def _not_supported(item: pytest.Item, exc: NotSupportedByTarget) -> BaseException:
@@ -23,8 +26,27 @@ def _not_supported(item: pytest.Item, exc: NotSupportedByTarget) -> BaseExceptio
     return skip
 
 
+def _health_gate(item: pytest.Item) -> None:
+    """A test on a started target that no longer answers is not run (before its fixtures)."""
+    spec = item_spec(item) if is_recorded(item) else None
+    if spec is None:
+        return
+    state = state_of(item.config)
+    target = state.pool.started(spec)
+    if target is None:
+        return
+    down = state.health.check(spec.raw, target)
+    if down is not None:
+        item.stash[TARGET_DOWN_KEY] = down.as_row()
+        raise pytest.skip.Exception(down.reason(), _use_item_location=True)
+    resumed = state.health.resumed(spec.raw)
+    if resumed is not None:
+        item.stash[TARGET_RESUMED_KEY] = resumed
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item: pytest.Item):
+    _health_gate(item)  # raising before the yield: no fixture, no inner hook runs
     _allure_labels(item)
     RECORDER.reset()
     try:
@@ -50,7 +72,15 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
         with phase_deadline(item, "teardown"):
             return (yield)
     finally:
+        _note_test_ran(item)
         retire_if_done(item, nextitem)
+
+
+def _note_test_ran(item: pytest.Item) -> None:
+    """The target's health remembers the last test that used it, and that test's last request."""
+    spec = item_spec(item) if is_recorded(item) else None
+    if spec is not None and TARGET_DOWN_KEY not in item.stash:
+        state_of(item.config).health.test_ran(spec.raw, item.nodeid, RECORDER.snapshot())
 
 
 def _allure_active(config: pytest.Config) -> bool:

@@ -14,6 +14,7 @@ import pytest
 from targets.target import TargetSpec
 from registers.catalog import get_catalog
 
+from conformance.target_health import TargetHealth
 from conformance.target_pool import TargetPool
 
 NOT_SUPPORTED_PREFIX = "not supported by target: "
@@ -41,6 +42,7 @@ class KipcheckState:
     deselected: int = 0
     rows_seen: int = 0
     worker_crashes: list[str] = field(default_factory=list)
+    health: TargetHealth = field(default_factory=TargetHealth)
 
     @property
     def keyboard_interrupt(self) -> bool:
@@ -67,6 +69,8 @@ STATE_KEY = pytest.StashKey[KipcheckState]()
 PHASES_KEY = pytest.StashKey[dict]()
 DIVERGENCES_KEY = pytest.StashKey[list]()
 NOT_SUPPORTED_KEY = pytest.StashKey[str]()
+TARGET_DOWN_KEY = pytest.StashKey[dict]()  # the Down row of a test not run because its target is quiet
+TARGET_RESUMED_KEY = pytest.StashKey[dict]()  # on the first test after a quiet target answered again
 
 
 def state_of(config: pytest.Config) -> KipcheckState:

@@ -8,7 +8,8 @@ what was not, counts per rule, sample exchanges). A readable table goes to stdou
 
 Runs unchanged under spark-submit (`spark-submit --master URL replay/check_cmd.py DIR
 --out REPORT`): the master spark-submit configured is kept; `--master` sets one
-explicitly; `--engine pure` checks without Spark (small traces).
+explicitly. `--engine auto` (the default) checks small traces without Spark
+(replay/engine_choice.py says where the line is and why); `--engine spark|pure` forces one.
 
 Bad input never gives a partial result silently: a missing directory, a corrupt or
 truncated completed segment, an unknown schema version, or exchanges that could not be
@@ -39,11 +40,13 @@ if __package__ in (None, ""):  # run as a script (spark-submit replay/check_cmd.
 
 from replay import check_events as ev  # noqa: E402
 from replay import check_pure  # noqa: E402
+from replay import engine_choice  # noqa: E402
 from replay import trace_reader as tr  # noqa: E402
 from replay.check_rules import BY_ID, RULES  # noqa: E402
 from replay.check_spark import SparkChecker, load_trace  # noqa: E402
 from replay.entity_replay import CheckConfig  # noqa: E402
 from replay.spark_session import DEFAULT_SHUFFLE_PARTITIONS, failure_line, get_spark  # noqa: E402
+from reports.usage import non_empty_path, positive_int, usage_line  # noqa: E402
 
 SAMPLES_PER_RULE = 5
 SMALL_TRACE = 100_000  # exchanges: below it the Spark job runs in 2 shuffle partitions
@@ -57,11 +60,16 @@ class CheckInputError(Exception):
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace_dir", metavar="DIR", help="trace directory written by kipcheck record")
-    p.add_argument("--out", required=True, metavar="REPORT", help="report directory (violations.parquet, summary.json)")
-    p.add_argument("--engine", choices=("spark", "pure"), default="spark", help="spark (default) or pure Python")
-    p.add_argument("--master", help="Spark master URL (default: what spark-submit set, else local[2])")
-    p.add_argument("--lock-duration-ms", type=int, default=30_000, help="share-group record lock duration (30000)")
-    p.add_argument("--delivery-count-limit", type=int, default=5, help="share-group delivery count limit (5)")
+    p.add_argument("--out", required=True, metavar="REPORT", type=non_empty_path,
+                   help="report directory (violations.parquet, summary.json)")
+    p.add_argument("--engine", choices=engine_choice.ENGINES, default=engine_choice.AUTO,
+                   help=f"auto (default: pure up to {engine_choice.CHECK_PURE_LIMIT:,} exchanges, else Spark), "
+                        "spark or pure")
+    p.add_argument("--master", help="Spark master URL (default: what spark-submit set, else local[2]); implies Spark")
+    p.add_argument("--lock-duration-ms", type=positive_int(), default=30_000,
+                   help="share-group record lock duration (30000)")
+    p.add_argument("--delivery-count-limit", type=positive_int(), default=5,
+                   help="share-group delivery count limit (5)")
     p.add_argument("--skip-undecoded", action="store_true",
                    help="check the decoded exchanges when some could not be decoded (default: exit 2)")
 
@@ -242,6 +250,32 @@ def text_table(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def _error(what: str) -> int:
+    print(usage_line("check", what), file=sys.stderr, flush=True)
+    return 2
+
+
+def _prepare_out(out: str) -> None:
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise CheckInputError(f"--out {out} exists and is not a directory")
+    os.makedirs(out, exist_ok=True)
+
+
+def _check(args: argparse.Namespace, paths: list[str], scan: ScanStats, cfg: CheckConfig,
+           engine: str) -> tuple[list[dict], Counter, dict]:
+    if engine == "pure":
+        rows, stats = run_pure(paths, scan, cfg, args.skip_undecoded)
+        schema = pa.schema([("rule_id", pa.string()), ("requirement_ids", pa.string()), ("entity", pa.string()),
+                            ("seq", pa.int64()), ("connection_id", pa.int64()), ("api_name", pa.string()),
+                            ("detail", pa.string())])
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), os.path.join(args.out, "violations.parquet"))
+        return rows, Counter(r["rule_id"] for r in rows), stats
+    with engine_choice.SparkProgress("check", f"{scan.stats()['exchanges']} exchange(s)"):
+        vdf, stats = run_spark(paths, scan, cfg, args.skip_undecoded, args.master, args.out)
+        rows, counts = spark_samples(vdf)
+    return rows, Counter(counts), stats
+
+
 def run(args: argparse.Namespace) -> int:
     cfg = CheckConfig(lock_duration_ms=args.lock_duration_ms, delivery_count_limit=args.delivery_count_limit)
     started = time.monotonic()
@@ -250,29 +284,20 @@ def run(args: argparse.Namespace) -> int:
         paths, report = validate_segments(args.trace_dir, scan)
         for s in report.skipped:
             print(f"kipcheck check: skipping {s.path} ({s.size} bytes): {s.reason}", file=sys.stderr)
-        os.makedirs(args.out, exist_ok=True)
-        if args.engine == "pure":
-            rows, stats = run_pure(paths, scan, cfg, args.skip_undecoded)
-            schema = pa.schema([("rule_id", pa.string()), ("requirement_ids", pa.string()), ("entity", pa.string()),
-                                ("seq", pa.int64()), ("connection_id", pa.int64()), ("api_name", pa.string()),
-                                ("detail", pa.string())])
-            pq.write_table(pa.Table.from_pylist(rows, schema=schema), os.path.join(args.out, "violations.parquet"))
-            counts = Counter(r["rule_id"] for r in rows)
-        else:
-            vdf, stats = run_spark(paths, scan, cfg, args.skip_undecoded, args.master, args.out)
-            rows, counts = spark_samples(vdf)
+        _prepare_out(args.out)
+        choice = engine_choice.choose(args.engine, scan.stats()["exchanges"], engine_choice.CHECK_PURE_LIMIT,
+                                      args.master)
+        rows, counts, stats = _check(args, paths, scan, cfg, choice.engine)
     except (tr.TraceError, CheckInputError) as exc:
-        print(f"kipcheck check: {exc}", file=sys.stderr)
-        return 2
+        return _error(str(exc))
     except Exception as exc:  # noqa: BLE001 - Spark/IO failures end the job with a reason, not a traceback
-        print(f"kipcheck check: failed: {failure_line(exc)}", file=sys.stderr)
-        return 2
+        return _error(f"the check failed: {failure_line(exc)}")
     unknown = set(counts) - set(BY_ID)
     if unknown:
-        print(f"kipcheck check: internal error: unknown rule ids {sorted(unknown)}", file=sys.stderr)
-        return 2
+        return _error(f"internal error: unknown rule ids {sorted(unknown)}")
     rows.sort(key=lambda r: (r["rule_id"], r["seq"]))
-    summary = summarize(rows, dict(counts), stats, report, time.monotonic() - started, args.engine)
+    summary = summarize(rows, dict(counts), stats, report, time.monotonic() - started, choice.engine)
+    summary["engine_choice"] = choice.why
     with open(os.path.join(args.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     print(text_table(summary))

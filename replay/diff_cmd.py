@@ -20,9 +20,11 @@ if __package__ in (None, ""):  # run as a script (spark-submit replay/diff_cmd.p
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from replay import diff_pure  # noqa: E402
+from replay import engine_choice  # noqa: E402
 from replay import diff_report  # noqa: E402
 from replay.diff_input import DiffInputError, TraceInput, inspect_trace  # noqa: E402
 from replay.spark_session import failure_line, get_spark  # noqa: E402
+from reports.usage import non_empty_path, usage_line  # noqa: E402
 
 EXIT_OK, EXIT_DIVERGED, EXIT_ERROR = 0, 1, 2
 
@@ -30,12 +32,14 @@ EXIT_OK, EXIT_DIVERGED, EXIT_ERROR = 0, 1, 2
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("a", metavar="A", help="trace directory of the first run (the baseline)")
     p.add_argument("b", metavar="B", help="trace directory of the run to compare with A")
-    p.add_argument("--out", required=True, help="report directory (created)")
+    p.add_argument("--out", required=True, type=non_empty_path, help="report directory (created)")
     p.add_argument("--noise", metavar="A2", help="second run of the same target as A: fields that differ "
                                                   "between A and A2 are noise and suppressed")
-    p.add_argument("--engine", choices=("spark", "pure"), default="spark",
-                   help="spark (default; DataFrames) or pure (plain Python, for small traces)")
-    p.add_argument("--master", default=None, help="Spark master (default: spark-submit's, else local[2])")
+    p.add_argument("--engine", choices=engine_choice.ENGINES, default=engine_choice.AUTO,
+                   help=f"auto (default: pure up to {engine_choice.DIFF_PURE_LIMIT:,} exchanges in the larger "
+                        "trace, else Spark), spark (DataFrames) or pure (plain Python)")
+    p.add_argument("--master", default=None,
+                   help="Spark master (default: spark-submit's, else local[2]); implies Spark")
     p.add_argument("--no-json", dest="json", action="store_false",
                    help="compare the structured columns only, not the response JSON")
     p.add_argument("--allow-partial", action="store_true",
@@ -67,19 +71,34 @@ def _run_spark(inputs: dict, args: argparse.Namespace) -> dict:
     return result
 
 
+def _error(what: str) -> int:
+    print(usage_line("diff", what), file=sys.stderr, flush=True)
+    return EXIT_ERROR
+
+
+def _largest(inputs: dict) -> int:
+    return max(t.exchanges for t in inputs.values() if t is not None)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         inputs = _inspect(args)
     except DiffInputError as exc:
-        print(f"kipcheck diff: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        return _error(str(exc))
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        return _error(f"--out {args.out} exists and is not a directory")
     os.makedirs(args.out, exist_ok=True)
+    choice = engine_choice.choose(args.engine, _largest(inputs), engine_choice.DIFF_PURE_LIMIT, args.master)
     try:
-        result = (_run_pure if args.engine == "pure" else _run_spark)(inputs, args)
+        if choice.engine == engine_choice.PURE:
+            result = _run_pure(inputs, args)
+        else:
+            with engine_choice.SparkProgress("diff", f"{_largest(inputs)} exchange(s)"):
+                result = _run_spark(inputs, args)
     except Exception as exc:  # noqa: BLE001 - the job failed: say so, exit 2, never a partial report
-        print(f"kipcheck diff: error: the {args.engine} diff failed: {failure_line(exc)}", file=sys.stderr)
-        return EXIT_ERROR
-    summary = diff_report.build_summary(args.engine, inputs, result, args.json)
+        return _error(f"the {choice.engine} diff failed: {failure_line(exc)}")
+    summary = diff_report.build_summary(choice.engine, inputs, result, args.json)
+    summary["engine_choice"] = choice.why
     diff_report.write_summary(args.out, summary)
     print(diff_report.to_markdown(summary))
     print(f"kipcheck diff: {summary['verdict']}; report in {args.out}")

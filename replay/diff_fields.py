@@ -226,14 +226,25 @@ def _json_value(v: Any) -> str:
     return str(v)
 
 
+SELF_MEMBER, OTHER_MEMBER = "<self>", "<another member>"
+
+
+def _leader_relative(doc: Any) -> Any:
+    """A JoinGroup response's `leader` is a member id the broker made up (KIP-394), which no
+    second run repeats: it compares as whether it names the asking member or another one."""
+    if isinstance(doc, dict) and isinstance(doc.get("leader"), str) and doc["leader"]:
+        return {**doc, "leader": SELF_MEMBER if doc["leader"] == doc.get("member_id") else OTHER_MEMBER}
+    return doc
+
+
 def json_differences(a_json: str | None, b_json: str | None) -> list[tuple[str, str, str]]:
     """(path, a, b) for every leaf of the two normalized response JSONs that differs.
 
     Paths are ``json:`` + the normalize.compare path without its ``$`` (``json:heartbeat_interval_ms``)."""
     if a_json is None or b_json is None:
         return []
-    a = _json_normalizer()(json.loads(a_json))
-    b = _json_normalizer()(json.loads(b_json))
+    a = _json_normalizer()(_leader_relative(json.loads(a_json)))
+    b = _json_normalizer()(_leader_relative(json.loads(b_json)))
     out = []
     for d in compare(a, b):
         path = d.path[1:].lstrip(".") or "$"

@@ -10,7 +10,7 @@ benchmarks/proxy_bench.py and docs/replay.md "Capture proxy cost").
 Prints one line ``kipcheck record: listening <bootstrap> -> <upstream>`` once ready, so a
 caller (or a test) can point clients at the proxy.
 
-Bad --upstream/--listen: one line ``kipcheck: error: ...``, exit 2. An upstream that does
+Bad --upstream/--listen: one line ``kipcheck record: error: ...``, exit 2 (reports/usage.py). An upstream that does
 not accept TCP at start is a one-line warning, not a refusal: a capture proxy is often
 started before the cluster it fronts, and every client connection dials upstream anew.
 """
@@ -25,6 +25,7 @@ import sys
 
 from replay.proxy import CaptureProxy, ProcessTraceSink, parse_hostport
 from replay.trace_writer import PAYLOAD_MODES, TraceWriter
+from reports.usage import usage_line
 
 
 async def _run(upstream: str, listen: str, out_dir: str, payloads: str, segment_max_bytes: int,
@@ -60,7 +61,7 @@ PROBE_TIMEOUT_S = 3.0
 
 
 def _fail(msg: str) -> int:
-    print(f"kipcheck: error: {msg}", file=sys.stderr, flush=True)
+    print(usage_line("record", msg), file=sys.stderr, flush=True)
     return 2
 
 
@@ -113,7 +114,7 @@ def record(upstream: str, listen: str, out_dir: str, payloads: str = "keep", *,
         return _fail("--segment-max-bytes and --segment-max-seconds must be positive")
     unreachable = upstream_unreachable(upstream)
     if unreachable:
-        print(f"kipcheck: warning: upstream {upstream} is not reachable now ({unreachable}); "
+        print(f"kipcheck record: warning: upstream {upstream} is not reachable now ({unreachable}); "
               "recording starts anyway and connects per client connection", file=sys.stderr, flush=True)
     try:
         return asyncio.run(_run(upstream, listen, out_dir, payloads, segment_max_bytes, segment_max_seconds,

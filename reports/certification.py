@@ -42,6 +42,7 @@ from reports.register_views import (
     load_deviation_register, load_divergence_register, normalize_kip,
 )
 from reports.results import Results, merge_target_descriptions, read_results, unique_rows
+from reports.seal import statement as seal_statement
 from reports.sections import (
     deviation_section, observed_divergences, self_checks, summary, target_columns, target_rows,
     tests_without_requirements,
@@ -66,7 +67,7 @@ __all__ = [
 ]
 
 SCHEMA = "kipcheck-certification-report"
-SCHEMA_VERSION = 4  # 4: deviations.register[].flaky and .signature; 3: statement, self_checks, non_passing, timeline; outcome rules (reports/outcome.py)
+SCHEMA_VERSION = 5  # 5: statement.evidence (the seal, reports/seal.py), kips[].out_of_scope, rows' target_down; 4: deviations.register[].flaky and .signature; 3: statement, self_checks, non_passing, timeline; outcome rules (reports/outcome.py)
 
 # Top-level keys of report.json; tests pin this set so schema changes are deliberate.
 REPORT_KEYS = (
@@ -128,10 +129,11 @@ def build_report(
     rows = [r for r in all_rows if r["target"] != NO_TARGET]
     decided = _outcome.decide(results.run, all_rows)
     result, narrowed = decided["result"], decided["completeness"]["narrowed"]
-    specs = target_columns(results, target_order, rows)
+    specs = target_columns(results, target_order or results.requested, rows)
     cov = coverage(catalog, rows, problems)
     requirements_out = requirement_rows(cov, specs, narrowed)
     kips_out = kip_rows(cov.kips, requirements_out, specs, result, narrowed)
+    decided = _outcome.name_kips(decided, kips_out, specs)
     targets_out = target_rows(results, specs, rows, problems)
     deviations_out = deviation_section(rows, deviations, problems)
     run = dict(results.run)
@@ -145,7 +147,7 @@ def build_report(
         "host": {"hostname": socket.gethostname(), "platform": platform.platform(), "python": sys.version.split()[0]},
         "run": run,
         "statement": build_statement(run, targets_out, kips_out, decided, catalog_path, generated_at,
-                                     kipcheck_version()),
+                                     kipcheck_version(), seal_statement(results.seal)),
         "targets": targets_out,
         "summary": summary(decided, rows, all_rows, requirements_out, specs),
         "kips": kips_out,

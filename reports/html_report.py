@@ -26,6 +26,7 @@ VERDICT_LABEL = {
     "incomplete": "incomplete",
     "untested": "untested",
     "skipped": "skipped",
+    "not_run": "not run: target down",
     OUT_OF_SCOPE: "out of scope",
 }
 # Count labels used in matrix cells, in display order.
@@ -267,6 +268,10 @@ def _statement(report: Mapping[str, Any], json_sha256: str | None) -> str:
         ("client libraries", client_text),
         ("date", e(st.get("date"))),
         ("duration", _fmt_s(st.get("duration_s"))),
+        ("evidence seal", e((st.get("evidence") or {}).get("text") or "not recorded")
+         + (f' — root <code class="hash">{e(st["evidence"]["root"])}</code><div class="muted">Receiver: '
+            "<code>kipcheck verify</code> on the folder checks every row against it.</div>"
+            if (st.get("evidence") or {}).get("root") else "")),
         ("report.json SHA-256", digest),
     ]
     return '<h2 id="statement">Certification statement</h2>' + _kv(pairs)
@@ -372,7 +377,7 @@ def _matrix(report: Mapping[str, Any]) -> str:
         "a requirement passes on a target only if every covering test that ran there passed; "
         "“not supported” and skipped tests never count as passes; “incomplete” means some covering "
         "tests passed and others were not supported or skipped. “no test” counts catalog requirements "
-        "that no test covers at all. The MUST line counts only the KIP's MUST-level requirements "
+        "in scope that no test covers (a narrowed run leaves the rest out of scope). The MUST line counts only the KIP's MUST-level requirements "
         "(passed / failed / not supported / not tested).</p>"
     )
     return (
@@ -404,11 +409,13 @@ def _untested(report: Mapping[str, Any]) -> str:
             listing = f"<details><summary>{len(ids)} ids</summary>{listing}</details>"
         rows.append([f"<strong>{e(k['kip'])}</strong>", str(len(ids)), str(len(k["requirements"])), listing])
     total = sum(len(k["untested"]) for k in report["kips"])
-    narrowed = (report["summary"].get("completeness") or {}).get("narrowed")
-    word = "not covered by the selected tests (out of scope of this narrowed run)" if narrowed else "untested"
+    outside = sum(len(k.get("out_of_scope") or ()) for k in report["kips"])
+    scope = (f" A further {outside} lie outside this narrowed run's selection (out of scope, not counted here)."
+             if outside else "")
     return (
         '<h2 id="untested">Untested requirements</h2>'
-        f'<p class="note">Catalog requirements that no test in this run covers on any target: {total}, {word}.</p>'
+        f'<p class="note">Catalog requirements in scope that no test in this run covers on any target: '
+        f'{total}.{scope}</p>'
         + _fold(f"{total} requirement ids by KIP", _table(["KIP", "untested", "of", "ids"], rows, num_cols={1, 2}))
     )
 

@@ -142,6 +142,12 @@ def _on_target(tests: list[dict[str, Any]], narrowed: bool) -> dict[str, Any]:
     }
 
 
+def _out_of_scope(req: Mapping[str, Any]) -> bool:
+    """Outside a narrowed run's selection on every target: neither tested nor "no test"."""
+    cells = req["per_target"].values()
+    return bool(cells) and all(c["verdict"] == OUT_OF_SCOPE for c in cells)
+
+
 def kip_rows(
     kips: list[dict[str, Any]], requirements: list[dict[str, Any]], specs: list[str], result: str, narrowed: bool
 ) -> list[dict[str, Any]]:
@@ -164,7 +170,8 @@ def kip_rows(
                 "status": d.get("status"),
                 "seed": d.get("seed"),
                 "requirements": ids,
-                "untested": [i for i in ids if not by_id[i]["tested"]],
+                "untested": [i for i in ids if not by_id[i]["tested"] and not _out_of_scope(by_id[i])],
+                "out_of_scope": [i for i in ids if _out_of_scope(by_id[i])],
                 "must_total": len(must_ids),
                 "per_target": per_target,
                 "must": must,

@@ -105,9 +105,16 @@ def decide(run: Mapping[str, Any], rows: list[Mapping[str, Any]]) -> dict[str, A
     else:
         result = "pass"
         banner = "PASS — every selected test passed on every target"
+    down = target_down(rows)
+    if down:
+        if result in ("pass", "partial-scope", "no-results"):
+            result = "incomplete"
+        banner = "TARGET DOWN: " + "; ".join(d["text"] for d in down) + ". " + banner
+        reasons = reasons + [d["text"] for d in down]
     return {
         "result": result,
         "banner": banner,
+        "target_down": down,
         "completeness": {
             "recorded": recorded,
             "status": status,
@@ -122,6 +129,58 @@ def decide(run: Mapping[str, Any], rows: list[Mapping[str, Any]]) -> dict[str, A
             "scope": scope_text(run) if narrowed else "whole catalog",
         },
     }
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def name_kips(decided: Mapping[str, Any], kips: list[Mapping[str, Any]], specs: list[str]) -> dict[str, Any]:
+    """`decided` with a passing banner that names what it does not cover (issue 24, item 4).
+
+    A green PASS over KIPs the target wholly does not support reads as more than it is:
+    "PASS — 4 KIPs passed; KIP-1289 and KIP-TXNRT not supported by this target". Only the
+    banner text changes; the result and the exit code stay those of `decide`."""
+    if decided["result"] not in ("pass", "partial-scope") or not specs:
+        return dict(decided)
+    words = {k["kip"]: [k["per_target"][s]["verdict"] for s in specs] for k in kips}
+    passed = [kip for kip, w in words.items() if all(v == "compliant" for v in w)]
+    parts = [f"{len(passed)} KIP{'s' if len(passed) != 1 else ''} passed"
+             + (" on every target" if len(specs) > 1 else "")]
+    for word, label in (("not supported", "not supported by"), ("partial", "partly supported by")):
+        for spec_i, spec in enumerate(specs):
+            named = [kip for kip, w in words.items() if w[spec_i] == word]
+            if named:
+                parts.append(f"{_and(named)} {label} {'this target' if len(specs) == 1 else spec}")
+    if len(parts) == 1:
+        return dict(decided)
+    if decided["result"] == "partial-scope":
+        parts.append("requirements outside the selection were not tested")
+    head = "PASS — " if decided["result"] == "pass" else decided["banner"].split(" — ")[0] + " — "
+    return {**decided, "banner": head + "; ".join(parts)}
+
+
+def target_down(rows: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per target that stopped answering during the run: after which test, its last request,
+    how many tests were not run, and whether it answered again (conformance/target_health.py
+    writes `target_down` on each test it did not run, `target_resumed` on the first after)."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in sorted(rows, key=lambda r: (r.get("start") or 0)):
+        down, back = r.get("target_down"), r.get("target_resumed")
+        if r.get("verdict") == "not_run" and isinstance(down, Mapping):
+            d = out.setdefault(str(down.get("spec") or r.get("target")), {
+                "spec": str(down.get("spec") or r.get("target")), "after": down.get("after"),
+                "last_request": down.get("last_request"), "why": down.get("why"), "not_run": 0, "resumed": False})
+            d["not_run"] += 1
+        if isinstance(back, Mapping) and str(back.get("spec")) in out:
+            out[str(back.get("spec"))]["resumed"] = True
+    for d in out.values():
+        after = f" after {d['after']}" if d["after"] else " before its first test"
+        request = f" (its last request: {d['last_request']})" if d["last_request"] else ""
+        again = "; it answered again later and the run resumed" if d["resumed"] else ""
+        d["text"] = (f"target {d['spec']} stopped answering{after}{request}; "
+                     f"{d['not_run']} test(s) not run: target down{again}")
+    return list(out.values())
 
 
 def _completeness_text(recorded: bool, status: Any, expected: Any, finished: Any) -> str:

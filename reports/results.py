@@ -11,12 +11,15 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from reports import seal as _seal
 from reports.evidence import clean_evidence
 from reports.verdicts import NO_TARGET, TEST_VERDICTS, deviation_of
 
 
 class Results:
-    """Rows, target descriptions and run metadata read from a results directory."""
+    """Rows, target descriptions and run metadata read from a results directory; `requested`
+    the targets the run was asked to certify (the matrix columns, in order); `seal` the
+    evidence seal the rows were checked against (None: the folder has none)."""
 
     def __init__(
         self,
@@ -24,19 +27,25 @@ class Results:
         targets: dict[str, dict[str, Any]] | None = None,
         run: dict[str, Any] | None = None,
         problems: list[str] | None = None,
+        requested: list[str] | None = None,
+        seal: dict[str, Any] | None = None,
     ) -> None:
         self.rows = rows or []
         self.targets = targets or {}
         self.run = run or {}
         self.problems = problems or []
+        self.requested = requested or []
+        self.seal = seal
 
 
 def read_results(results_dir: str | Path) -> Results:
-    """Read every worker's rows and target files; tolerate partial or malformed files."""
+    """Read every worker's rows and target files; tolerate partial or malformed files, but
+    refuse (reports.seal.SealError) a sealed folder that no longer matches its seal."""
     d = Path(results_dir)
     if not d.is_dir():
         raise FileNotFoundError(f"results directory {d} does not exist")
-    problems: list[str] = []
+    seal = _seal.verified(d)
+    problems: list[str] = [] if seal else [f"{_seal.SEAL_FILE} missing: {_seal.statement(None)['text']}"]
     rows: list[dict[str, Any]] = []
     for f in sorted(d.glob("*.jsonl")) + sorted(d.glob("*.ndjson")):
         with open(f, encoding="utf-8") as fh:
@@ -64,8 +73,8 @@ def read_results(results_dir: str | Path) -> Results:
             continue
         if isinstance(data, dict):
             merge_target_descriptions(targets, data)
-    run = _read_run_metadata(d, problems)
-    return Results(rows, targets, run, problems)
+    run, requested = _read_run_metadata(d, problems)
+    return Results(rows, targets, run, problems, requested, seal)
 
 
 def _read_json(path: Path, problems: list[str], what: str) -> dict[str, Any]:
@@ -77,9 +86,13 @@ def _read_json(path: Path, problems: list[str], what: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _read_run_metadata(d: Path, problems: list[str]) -> dict[str, Any]:
-    """session.json (written by the plugin) overlaid with run.json (written by certify)."""
+def _read_run_metadata(d: Path, problems: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """session.json (written by the plugin) overlaid with run.json (written by certify), and
+    the requested targets: run.json's `requested_targets`, else session.json's `targets`
+    (run.json's `targets` maps every described target, the differential oracle included, to
+    its facts: it is no list of columns)."""
     run: dict[str, Any] = {}
+    requested: list[str] = []
     session = d / "session.json"
     if session.is_file():
         s = _read_json(session, problems, "session metadata")
@@ -89,11 +102,15 @@ def _read_run_metadata(d: Path, problems: list[str]) -> dict[str, Any]:
                 run[dst] = s[src]
         if isinstance(s.get("args"), list):
             run.setdefault("pytest_args", s["args"])
+        if isinstance(s.get("targets"), list):
+            requested = [str(t) for t in s["targets"]]
     # OUT/run.json: certify's command record; OUT/results/run.json: the run side's
     # completeness record (schema 1), which wins where both say something.
     for cand in (d.parent / "run.json", d / "run.json"):
         if cand.is_file():
             run.update(_read_json(cand, problems, "run metadata"))
+    if isinstance(run.get("requested_targets"), list):
+        requested = [str(t) for t in run["requested_targets"]]
     if run.get("wall_time_s") is None and run.get("started_at") and run.get("finished_at"):
         try:
             t0 = _dt.datetime.fromisoformat(str(run["started_at"]))
@@ -101,7 +118,7 @@ def _read_run_metadata(d: Path, problems: list[str]) -> dict[str, Any]:
             run["wall_time_s"] = round((t1 - t0).total_seconds(), 3)
         except ValueError:
             pass
-    return run
+    return run, requested
 
 
 def merge_target_descriptions(into: dict[str, dict[str, Any]], data: Mapping[str, Any]) -> None:
@@ -185,6 +202,9 @@ def clean_row(row: Mapping[str, Any]) -> dict[str, Any]:
         "worker": row.get("worker"),
         "start": _num(row.get("start")),
         "stop": _num(row.get("stop")),
+        # conformance/target_health.py: the target had stopped answering / answered again
+        "target_down": row.get("target_down") if isinstance(row.get("target_down"), Mapping) else None,
+        "target_resumed": row.get("target_resumed") if isinstance(row.get("target_resumed"), Mapping) else None,
     }
 
 

@@ -3,7 +3,8 @@
 Everything a receiver needs to know what a report claims, and to check that the report
 and the catalog it was judged against are the ones named: the catalog hash is SHA-256
 over the catalog YAML files concatenated in byte order of their names, i.e. what
-``cat $(LC_ALL=C ls registers/catalog/*.yaml) | sha256sum`` prints.
+``cat $(LC_ALL=C ls registers/catalog/*.yaml) | sha256sum`` prints. The rows themselves are
+named by the evidence seal (reports/seal.py): its root, rows per worker file and per target.
 """
 
 from __future__ import annotations
@@ -106,7 +107,9 @@ def build_statement(
     catalog_path: str | Path | None,
     generated_at: str,
     package_version: str,
+    evidence: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """The statement; `evidence` is what the seal of the rows says (reports/seal.py)."""
     files = catalog_files(catalog_path)
     kc = run.get("kipcheck") if isinstance(run.get("kipcheck"), Mapping) else {}
     commit = kc.get("commit") if kc else None
@@ -144,4 +147,5 @@ def build_statement(
         "scope": outcome["completeness"]["scope"],
         "exclusions": exclusions,
         "completeness": outcome["completeness"]["text"],
+        "evidence": dict(evidence or {}),
     }

@@ -15,7 +15,10 @@ from typing import Any, Mapping
 from reports import outcome as _outcome
 
 # Test-level verdicts written by the conformance plugin.
-TEST_VERDICTS = ("pass", "fail", "error", "not_supported", "skipped")
+TEST_VERDICTS = ("pass", "fail", "error", "not_supported", "skipped", "not_run")
+# A test the plugin did not run because its target had stopped answering (conformance/target_health.py):
+# never a failure of its requirements; the outcome names the test after which the target went quiet.
+NOT_RUN = "not_run"
 # Requirement-level verdicts (per requirement, per target).
 REQ_VERDICTS = ("pass", "fail", "not_supported", "incomplete", "untested")
 # On a narrowed run a requirement no selected test covers is out of scope, not untested.
@@ -38,6 +41,10 @@ def requirement_verdict(tests: list[dict[str, Any]]) -> tuple[str, str]:
     """Verdict and reason of one requirement on one target, from its covering tests."""
     if not tests:
         return "untested", "no test covering this requirement ran on this target"
+    ran = [t for t in tests if t["verdict"] != NOT_RUN]
+    if not ran:
+        return "untested", "not run: the target had stopped answering (" + tests[0]["test"] + ")"
+    tests = ran
     c = Counter(t["verdict"] for t in tests)
 
     def reasons(*verdicts: str) -> str:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from targets.target import Target, TargetSpec, parse_target_spec
+from targets.target import Target, TargetSpec, check_target_spec, parse_target_spec
 
 
 def create_target(spec: TargetSpec | str) -> Target:
+    """The provider of `spec`, constructed (nothing started): option names and version are
+    checked first (targets.target.KIND_OPTIONS), then the provider checks the values."""
     if isinstance(spec, str):
         spec = parse_target_spec(spec)
+    check_target_spec(spec)
     if spec.kind == "reference":
         from targets.reference_target import ReferenceTarget  # per kind, on demand: the broker would add 0.5 s to CLI start-up
 

@@ -2,7 +2,7 @@
 
 Prints `image=apache/kafka:VERSION` and `source=present|loaded|pulled|built` (see
 targets.kafka_image for the order tried). Exit 0 done; 2 bad version or no Docker engine /
-build failure (one `kipcheck: error: ...` line on stderr).
+build failure (one `kipcheck image: error: ...` line on stderr, reports/usage.py).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import argparse
 import sys
 import time
 
+from reports.usage import usage_line
 from targets.docker_engine import ensure_engine
 from targets.kafka_image import ensure_image
 from targets.kafka_native.versions import resolve_release
@@ -31,7 +32,7 @@ def add_arguments(cmd: argparse.ArgumentParser) -> None:
 
 
 def _error(message: str) -> int:
-    print(f"kipcheck: error: {message.strip().splitlines()[0] if message.strip() else message}", file=sys.stderr)
+    print(usage_line("image", message.strip().splitlines()[0] if message.strip() else message), file=sys.stderr)
     return EXIT_ERROR
 
 

@@ -54,7 +54,6 @@ from targets.target import (
     probe_capabilities,
 )
 
-OPTIONS = ("mode", "rtt", "timeout")
 MODES = ("auto", "api", "config")
 
 _REQUIRED_SYMBOLS = (
@@ -299,16 +298,6 @@ class LibrdkafkaMockTarget(Target):
 
     def __init__(self, spec: TargetSpec) -> None:
         super().__init__(spec)
-        unknown = [k for k, _ in spec.options if k not in OPTIONS]
-        if unknown:
-            raise ValueError(
-                f"librdkafka-mock: unknown option(s) {', '.join(unknown)}; known: nodes, {', '.join(OPTIONS)}"
-            )
-        if spec.version is not None:
-            raise ValueError(
-                f"librdkafka-mock takes no version ({spec.version!r}): it is the librdkafka that "
-                "confluent-kafka bundles; use librdkafka-mock[:nodes=N]"
-            )
         self.mode = (spec.option("mode", "auto") or "auto").lower()
         if self.mode not in MODES:
             raise ValueError(f"librdkafka-mock: mode must be one of {', '.join(MODES)}, got {self.mode!r}")

@@ -53,8 +53,8 @@ class ReferenceTarget(Target):
         super().__init__(spec)
         self._cluster: ThreadedReferenceCluster | None = None
         port = spec.option("port", "0")
-        if not port.isdigit():
-            raise ValueError(f"reference target: port must be a number, got {port!r}")
+        if not port.isdigit() or int(port) > 65535:
+            raise ValueError(f"reference target: port must be a number in 0..65535, got {port!r}")
         self._port = int(port)
         expiration = spec.option("txn_id_expiration_ms")
         if expiration is not None and (not expiration.isdigit() or int(expiration) <= 0):

@@ -22,6 +22,7 @@ import threading
 import time
 from typing import Any, TextIO
 
+from reports.usage import usage_line
 from targets.factory import create_target
 from targets.target import NotSupportedByTarget
 
@@ -81,13 +82,14 @@ def target_up(
         try:
             target = create_target(spec_text)
         except Exception as exc:  # noqa: BLE001 - bad spec
-            print(f"kipcheck: error: bad target spec {spec_text!r}: {_one_line(exc)}", file=err, flush=True)
+            print(usage_line("target", f"bad target spec {spec_text!r}: {_one_line(exc)}", "see docs/targets.md"),
+                  file=err, flush=True)
             return EXIT_START_FAILED
         try:
             target.start()
         except Exception as exc:  # noqa: BLE001 - any start failure, reported in one line
             kind = "not supported here" if isinstance(exc, NotSupportedByTarget) else "cannot start"
-            print(f"kipcheck: error: target {spec_text} {kind}: {_one_line(exc)}", file=err, flush=True)
+            print(usage_line("target", f"target {spec_text} {kind}: {_one_line(exc)}"), file=err, flush=True)
             try:
                 target.stop()
             except Exception:  # noqa: BLE001
@@ -117,7 +119,7 @@ def target_up(
             try:
                 target.stop()
             except Exception as exc:  # noqa: BLE001
-                print(f"kipcheck: error: teardown of {spec_text} failed: {_one_line(exc)}", file=err, flush=True)
+                print(usage_line("target", f"teardown of {spec_text} failed: {_one_line(exc)}"), file=err, flush=True)
                 return EXIT_TEARDOWN_FAILED
         _emit(out, f"stopped={received[0] if received else 'requested'}")
         return EXIT_OK
@@ -129,7 +131,7 @@ def target_up(
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("kipcheck: error: usage: python -m targets.target_up SPEC", file=sys.stderr)
+        print(usage_line("target", "expected one SPEC", "python -m targets.target_up SPEC"), file=sys.stderr)
         return EXIT_START_FAILED
     return target_up(args[0])
 

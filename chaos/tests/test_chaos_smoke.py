@@ -39,10 +39,11 @@ def test_copier_under_kills_is_valid(tmp_path):
 def test_bad_input_is_one_line_and_exit_2():
     r = _kipcheck("chaos", "--nemesis", "kill:nowhere", timeout=60)
     assert r.returncode == 2
-    assert r.stderr.strip().splitlines() == [r.stderr.strip()] and r.stderr.startswith("kipcheck: error: ")
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()] and r.stderr.startswith("kipcheck chaos: error: ")
 
 
 def test_bad_queue_option_is_one_line_and_exit_2():
     r = _kipcheck("chaos", "--workload", "queue", "--replication-factor", "0", "--faults", "none", timeout=60)
     assert r.returncode == 2
-    assert r.stderr.strip() == "kipcheck: error: --replication-factor must be at least 1"
+    assert r.stderr.strip() == ("kipcheck chaos: error: argument --replication-factor: 0 must be >= 1 "
+                                "(see kipcheck chaos --help)")

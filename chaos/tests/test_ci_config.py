@@ -30,3 +30,13 @@ def test_tox_chaos_env():
     cp = configparser.ConfigParser(interpolation=None)
     cp.read(REPO / "tox.ini")
     assert "chaos/tests" in cp["testenv:chaos"]["commands"]
+
+
+def test_nightly_calibration_job():
+    """>= 100 calibration runs per implementation believed correct (docs/chaos.md)."""
+    job = yaml.safe_load((REPO / ".github/workflows/chaos-nightly.yml").read_text())["jobs"]["calibrate"]
+    assert set(job["strategy"]["matrix"]["target"]) == {"reference:nodes=3", "kafka-native:nodes=3"}
+    run = next(s["run"] for s in job["steps"] if s.get("name") == "calibration")
+    assert "python -m chaos.calibrate" in run and "--target '${{ matrix.target }}'" in run
+    assert int(run.split("--runs ")[1].split()[0]) >= 100
+    assert job["timeout-minutes"] <= 360  # GitHub's cap for a hosted job

@@ -47,4 +47,4 @@ def test_unknown_scenario_is_one_line_exit_2(capsys):
     chaos_cmd.add_arguments(p)
     assert chaos_cmd.run(p.parse_args(["--scenario", "nope"])) == chaos_cmd.EXIT_COULD_NOT_RUN
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("kipcheck: error: unknown scenario")
+    assert len(err) == 1 and err[0].startswith("kipcheck chaos: error: unknown scenario")

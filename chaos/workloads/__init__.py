@@ -2,7 +2,9 @@
 
 A workload has ``setup(target, recorder)`` (topics, input), ``run(stop)`` (client threads
 until ``stop`` is set or the op budget is spent), ``catch_up()`` (final reads after the
-last heal) and ``check(history)`` (its checkers under its policy).
+last heal), ``teardown()`` (stop any child process it started, however the run ends) and
+``check(history)`` (its checkers under its policy, from the history and the constructor's
+arguments alone: ``kipcheck chaos --analyze`` rebuilds the workload from ``run.json``).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -36,6 +37,7 @@ from checkers import fencing
 from clients import confluent
 
 REPO = Path(__file__).resolve().parents[2]
+COPIER_PROCESS = re.compile(r"copier-\d+")
 CLIENTS = {"confluent": ("confluent", "auto"), "reference-tv2": ("reference", "2"),
            "reference-tv1": ("reference", "1")}
 
@@ -54,6 +56,9 @@ class CopierWorkload:
         self.group, self.tid = f"chaos-copier-g-{tag}", f"chaos-copier-t-{tag}"
         self.workdir = workdir
         self.incarnations = 0
+        self._proc: subprocess.Popen | None = None
+        self._proc_lock = threading.Lock()
+        self._torn_down = False
         self.target: Any = None
         self.rec: Recorder | None = None
         self._values = itertools.count(1)
@@ -64,6 +69,8 @@ class CopierWorkload:
             self.workdir = Path(tempfile.mkdtemp(prefix="kipcheck-copier-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.copier_history = self.workdir / "copier-history.jsonl"
+        if self.copier_history.exists():  # the copier appends: an old run's ops would join this history
+            raise FileExistsError(f"{self.copier_history} holds another run's copier history")
         confluent.create_topic(target, self.input, partitions=self.partitions)
         confluent.create_topic(target, self.output, partitions=self.partitions)
 
@@ -82,7 +89,7 @@ class CopierWorkload:
         feeder = threading.Thread(target=self._feed, args=(stop,), name="copier-feeder", daemon=True)
         feeder.start()
         try:
-            while not stop.is_set():
+            while not stop.is_set() and not self._torn_down:
                 self._incarnation(stop, idle_exit_s=3600.0)
         finally:
             feeder.join()
@@ -127,21 +134,30 @@ class CopierWorkload:
                "--client", client, "--transaction-version", tv, "--max-batch", "10",
                "--txn-pause-ms", "10", "--idle-exit-s", str(idle_exit_s),
                "--transaction-timeout-ms", "10000", *extra]
-        err = (self.workdir / f"{process}.stderr").open("w")
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=err, stderr=err, env=env)
+        with self._proc_lock, (self.workdir / f"{process}.stderr").open("w") as err:
+            if self._torn_down:  # the run is being stopped at once: start nothing
+                return -1
+            proc = self._proc = subprocess.Popen(cmd, cwd=REPO, stdout=err, stderr=err, env=env)
         deadline = time.monotonic() + timeout_s
-        try:
-            while proc.poll() is None:
-                if (stop is not None and stop.is_set()) or time.monotonic() > deadline:
-                    proc.kill()
-                    break
-                time.sleep(0.1)
-            rc = proc.wait(30)
-        finally:
-            err.close()
+        while proc.poll() is None:
+            if (stop is not None and stop.is_set()) or self._torn_down or time.monotonic() > deadline:
+                proc.kill()
+                break
+            time.sleep(0.1)
+        rc = proc.wait(30)
         self._close_process(process, "killed at the end of the run" if rc < 0 else f"exit {rc}")
         return rc
+
+    def teardown(self) -> None:
+        """Kill a copier incarnation still running and start no other: no child process
+        outlives the run, however it ends (a second Ctrl-C unwinds past ``run``'s loop)."""
+        with self._proc_lock:
+            self._torn_down = True
+            proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
 
     def _close_process(self, process: str, why: str) -> None:
         """A copier that died leaves its txn open: complete it as info, then record the crash."""
@@ -195,8 +211,10 @@ class CopierWorkload:
         return [self.tid]
 
     def check(self, history: History) -> dict:
-        incarnations = {self.tid: _in_init_order(history, [f"copier-{k}" for k in range(1, self.incarnations + 1)]
-                                                 + hijackers_of(history, self.tid))}
+        """Judged from the history and the seed alone, so that ``kipcheck chaos --analyze``
+        re-judges a recorded run exactly as the run did."""
+        copiers = sorted({op.process for op in history if COPIER_PROCESS.fullmatch(str(op.process))})
+        incarnations = {self.tid: _in_init_order(history, copiers + hijackers_of(history, self.tid))}
         return compose({"attempts": check(history, allowed=EXACTLY_ONCE),
                         "input-identity": check(input_identity(history, self.output), allowed=EXACTLY_ONCE),
                         "fencing": fencing.check(history, incarnations)})

@@ -283,6 +283,9 @@ class QueueWorkload:
         """What aims a role fault at this run: process 0's transactional id, the topic."""
         return {"transactional_id": f"{self.topic}-t0", "topic": self.topic, "partition": 0}
 
+    def teardown(self) -> None:
+        """Nothing to stop: the clients are threads of this process, ended with the run."""
+
     def check(self, history) -> dict:
         allowed = allowed_error_types(subscribe=self.subscribe)
         return compose({"queue": check(history, allowed=allowed)})

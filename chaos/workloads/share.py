@@ -230,6 +230,9 @@ class ShareWorkload:
         """What aims a role fault at this run: the share group and its topic's partition 0."""
         return {"group": self.group, "topic": self.topic, "partition": 0}
 
+    def teardown(self) -> None:
+        """Nothing to stop: the members are clients in this process, ended with the run."""
+
     def check(self, history: Any) -> dict:
         ops = [op.to_dict() for op in history if op.process != "nemesis"]
         shares = ShareHistory.from_list([{**op, "index": n} for n, op in enumerate(ops)]).validate()

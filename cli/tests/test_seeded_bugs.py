@@ -95,7 +95,7 @@ def test_power_cli_rejects_an_unknown_bug_in_one_line(capsys):
     assert main.main(["power", "--bugs", "no-such-bug"]) == 2
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("kipcheck: error: unknown seeded bug(s) no-such-bug")
+    assert len(lines) == 1 and lines[0].startswith("kipcheck power: error: unknown seeded bug(s) no-such-bug")
 
 
 def test_shards_cover_every_bug_once():
@@ -108,7 +108,7 @@ def test_shards_cover_every_bug_once():
 def test_power_cli_rejects_a_bad_shard_in_one_line(capsys):
     assert main.main(["power", "--shard", "4/4"]) == 2
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("kipcheck: error: --shard must be K/N")
+    assert len(lines) == 1 and lines[0].startswith("kipcheck power: error: --shard must be K/N")
 
 
 def test_tally_counts_failures_as_catches():

@@ -22,14 +22,11 @@ REPO = SUITES.parents[1]
 
 # Conflicts without an entry: nothing on the wire or in a client shows the reading yet.
 UNDECIDED = {
-    "KIP-932.ACL.004": ("a misnamed RPC in the ACL table (ReadShareGroupStateOffsets); the ACL suite checks "
-                        "Read/WriteShareGroupState only, not the summary RPC the name stands for"),
     "KIP-932.GREC.001": "record names of __consumer_offsets records; no suite reads that topic's records",
     "KIP-932.SCOORD.004": "record field widths of __share_group_state; no suite reads that topic's records",
     "KIP-932.METRIC.001": "a JMX bean name; no target exposes JMX to the suite",
     "KIP-932.METRIC.002": "a JMX bean name; no target exposes JMX to the suite",
     "KIP-932.GROUP.006": "the DEAD-after-a-period rule has no config to shorten the period; reference: planned",
-    "KIP-932.CONFIG.002": "the lock-duration cap (60000 vs 3600000) needs a broker started with a raised maximum",
     "KIP-98.CONFIG.008": "max.in.flight with idempotence is a client setting; no client-config test yet",
     "KIP-TXNRT.OFFSETS.001": "motivation only in the draft; no mechanism to test",
 }

@@ -29,6 +29,11 @@ _RETRIABLE_COORDINATOR_ERRORS = frozenset({ErrorCode.coordinator_load_in_progres
 EXCHANGE_OBSERVERS: list[Any] = []
 
 
+def _observe(client: Any, request: Any, response: Any) -> None:
+    for observe in EXCHANGE_OBSERVERS:
+        observe(client, request, response)
+
+
 class ConnectionClosed(ConnectionError):
     """The broker closed the connection (Kafka's answer to requests it cannot parse)."""
 
@@ -99,17 +104,21 @@ class RawClient:
         frame = framing.encode_request(payload, correlation_id, self.client_id)
         self._sock.sendall(frame)
         if not expect_response:
+            _observe(self, payload, None)
             return None
         api_key, version = int(payload.__api_key__), int(payload.__version__)
-        decoded = framing.decode_response_frame(self.read_frame(timeout), api_key, version)
+        try:
+            decoded = framing.decode_response_frame(self.read_frame(timeout), api_key, version)
+        except BaseException:
+            _observe(self, payload, None)  # sent and never answered: often the very request a broker died on
+            raise
         if decoded.trailing_bytes:
             # Clients ignore bytes after a response body; keep them visible to checks.
             self.trailing_bytes.append((api_key, version, decoded.trailing_bytes))
         got_id, body = decoded.correlation_id, decoded.body
         if got_id != correlation_id:
             raise framing.PayloadDecodeError(f"correlation id {got_id} does not match request {correlation_id}")
-        for observe in EXCHANGE_OBSERVERS:
-            observe(self, payload, body)
+        _observe(self, payload, body)
         return body
 
     def request(self, api_key: int, api_version: int, /, **fields: Any) -> Any:

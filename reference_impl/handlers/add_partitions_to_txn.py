@@ -101,7 +101,7 @@ async def _hold_while_markers_pending(ctx: RequestContext, tid: str) -> None:
 
     def released() -> bool:
         current = transactions(ctx)  # a fail-over rebuilds the coordinator object
-        return not txn_roundtrip.is_held(current.metadata(tid))
+        return not txn_roundtrip.is_held(current.metadata(tid), current.txn_config.seeded_bugs)
 
     if not released():
         await ctx.runtime.wait_for(released, tc.txn_config.add_partitions_hold_max_ms)

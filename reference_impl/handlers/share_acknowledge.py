@@ -31,6 +31,7 @@ from reference_impl.handlers.share_fetch import (
     member_error,
     share_manager,
 )
+from reference_impl.model import seeded_bugs as bugs
 from reference_impl.model.share_session import FINAL_EPOCH, ShareSessionError
 from reference_impl.protocol.api_keys import ApiKey
 
@@ -71,6 +72,10 @@ def handle_share_acknowledge(ctx: RequestContext, request: Any) -> Any:
             outcomes.append(apply_acks(ctx, mgr, group_id, member_id, tid, int(p.partition_index), p.acknowledgement_batches))
     if epoch == FINAL_EPOCH:
         mgr.close_session(ctx.node_id, group_id, member_id)
+    failed = next((o for o in outcomes if o.ack_error), None)
+    if failed is not None and ctx.state.config.seeded_bugs.has(bugs.SHARE_ACK_ERRORS_NOT_PER_PARTITION):
+        for o in outcomes:
+            o.ack_error, o.ack_message = failed.ack_error, failed.ack_message
     by_topic: dict[Any, list[Any]] = {}
     for o in outcomes:
         by_topic.setdefault(o.topic_id, []).append(

@@ -1,14 +1,15 @@
 """TxnShareAcknowledge (key 93), v0 (KIP-1289): stage share-group acknowledgements in a
 producer transaction.
 
-Order, as the KIP's "Flow - Share Group": gate -> request checks -> member check ->
+Order, as the KIP's "Flow - Share Group": gate -> request checks -> ACLs -> member check ->
 per-partition checks -> broker-internal AddPartitionsToTxn of __share_group_state-N
 (N = partitionFor(groupId)) -> staging (TX_PENDING), all or nothing.
 
 * Top-level: UNSUPPORTED_VERSION while share.version < 2 or transaction.version < 2 (the api
   is then not advertised either; DIV-128902); INVALID_REQUEST for a null/empty
-  transactional id, group or member id; UNKNOWN_MEMBER_ID / STALE_MEMBER_EPOCH against the
-  share group coordinator's membership; the coordinator's registration error
+  transactional id, group or member id; TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+  GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED (DIV-128919); UNKNOWN_MEMBER_ID /
+  STALE_MEMBER_EPOCH against the share group coordinator's membership; the coordinator's registration error
   (INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED, CONCURRENT_TRANSACTIONS, ...), with
   COORDINATOR_LOAD_IN_PROGRESS answered as COORDINATOR_NOT_AVAILABLE (corner case 2).
 * Per partition: UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER (with
@@ -26,9 +27,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from reference_impl.handlers._authz import Op, Res, authorized
 from reference_impl.handlers.metadata import node_endpoints, nonzero_uuid, sync_liveness
 from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.handlers.share_fetch import resolve, share_manager
+from reference_impl.model import seeded_bugs as bugs
 from reference_impl.model import share_txn
 from reference_impl.model.share_partition import AckResult
 from reference_impl.protocol.api_keys import ApiKey
@@ -53,6 +56,24 @@ def _member_error(state: Any, group_id: str, member_id: str, member_epoch: int) 
     return None
 
 
+def _authorization_error(ctx: RequestContext, request: Any) -> ErrorCode | None:
+    """The KIP's top-level authorization errors, in TxnOffsetCommit's order (the request
+    "mirrors TxnOffsetCommitRequest"; DIV-128919): WRITE on the transactional id, READ on the
+    share group (Kafka grants no WRITE on groups: the javadoc's "Write to the share group" is
+    read as acknowledging, which KIP-932 gates with READ), READ on every topic named."""
+    if not authorized(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, request.transactional_id):
+        return ErrorCode.transactional_id_authorization_failed
+    if ctx.state.config.seeded_bugs.has(bugs.TXN_SHARE_ACK_ACL_UNCHECKED):
+        return None  # the deliberate bug (seeded_bugs.py): the producer's right taken for the group's
+    if not authorized(ctx, Op.READ, Res.GROUP, request.group_id):
+        return ErrorCode.group_authorization_failed
+    for t in request.topics:
+        topic = ctx.state.topics.by_id(nonzero_uuid(t.topic_id))
+        if topic is not None and not authorized(ctx, Op.READ, Res.TOPIC, topic.name):
+            return ErrorCode.topic_authorization_failed
+    return None
+
+
 def _parse(batches: Any) -> tuple[list[tuple[int, int, list[int]]], AckResult | None]:
     out: list[tuple[int, int, list[int]]] = []
     prev_last = None
@@ -72,6 +93,11 @@ def _register(ctx: RequestContext, request: Any) -> ErrorCode:
     """Broker-internal AddPartitionsToTxn of the group's __share_group_state partition."""
     n = share_txn.state_partition_for(request.group_id, ctx.state.share_coordinator.config.state_topic_num_partitions)
     txn = ctx.state.transactions
+    if ctx.state.config.seeded_bugs.has(bugs.TXN_SHARE_STAGING_EPOCH_UNCHECKED):
+        open_txn = txn.metadata(request.transactional_id)
+        if open_txn is not None and open_txn.producer_id == int(request.producer_id) \
+                and (share_txn.SHARE_STATE_TOPIC, n) in open_txn.partition_set():
+            return ErrorCode.none  # the deliberate bug (seeded_bugs.py): registered "by producer id"
     error = txn.add_partitions(
         request.transactional_id, int(request.producer_id), int(request.producer_epoch),
         ((share_txn.SHARE_STATE_TOPIC, n),), client_transaction_version=share_txn.TRANSACTION_VERSION_REQUIRED,
@@ -87,6 +113,8 @@ def handle_txn_share_acknowledge(ctx: RequestContext, request: Any) -> Any:
         return _response(ctx, ErrorCode.unsupported_version)
     if not request.transactional_id or not request.group_id or not request.member_id:
         return _response(ctx, ErrorCode.invalid_request)
+    if (err := _authorization_error(ctx, request)) is not None:
+        return _response(ctx, err)
     if (err := _member_error(ctx.state, request.group_id, request.member_id, int(request.member_epoch))) is not None:
         return _response(ctx, err)
     mgr = share_manager(ctx.state)

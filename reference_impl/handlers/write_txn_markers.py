@@ -15,8 +15,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from reference_impl.handlers._authz import cluster_action
+from reference_impl.handlers._authz import Op, Res, authorized, cluster_action
 from reference_impl.handlers.registry import RequestContext, handles
+from reference_impl.model import seeded_bugs as bugs
 from reference_impl.model.partition_log import LogError
 from reference_impl.protocol import payloads
 from reference_impl.protocol.records import ControlType
@@ -25,13 +26,22 @@ from reference_impl.protocol.api_keys import ApiKey
 API_KEY = ApiKey.WRITE_TXN_MARKERS
 
 
+def _may_write_markers(ctx: RequestContext, request: Any) -> bool:
+    """CLUSTER_ACTION on the cluster; WRITE on the topics is not enough (any producer could
+    then end other producers' transactions) but for the seeded bug."""
+    if cluster_action(ctx):
+        return True
+    return ctx.state.config.seeded_bugs.has(bugs.WRITE_TXN_MARKERS_TOPIC_WRITE_SUFFICES) and all(
+        authorized(ctx, Op.WRITE, Res.TOPIC, t.name) for m in request.markers for t in m.topics)
+
+
 @handles(API_KEY, 1, 2)
 def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
     registry = ctx.state.topics
     now = ctx.now_ms
     # producer id -> topic -> [(partition, error)]
     results: dict[int, dict[str, list[tuple[int, ErrorCode]]]] = {}
-    allowed = cluster_action(ctx)
+    allowed = _may_write_markers(ctx, request)
     for marker in request.markers:
         pid = int(marker.producer_id)
         if not allowed:
@@ -58,10 +68,12 @@ def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
                     except LogError as exc:
                         error = exc.error_code
                 per_topic.setdefault(topic.name, []).append((int(index), error))
-        # KIP-1289: the marker's arrival is also offered to the share-partitions (their
-        # TX_PENDING records of this producer; a no-op for everything else).
+        # KIP-1289: the marker's arrival is also offered to the share-partitions this node
+        # leads ("broadcasts to all SharePartition instances on that broker"): their TX_PENDING
+        # records of this producer; a no-op for everything else.
         ctx.state.share_partitions.apply_txn_marker(
-            pid, int(marker.producer_epoch), control is ControlType.COMMIT, now
+            pid, int(marker.producer_epoch), control is ControlType.COMMIT, now,
+            only=ctx.state.share_partitions_led_by(ctx.node_id),
         )
     return ctx.response(markers=tuple(
         ctx.nested(

@@ -12,6 +12,7 @@ import zlib
 from dataclasses import dataclass
 from typing import AbstractSet, Callable
 
+from reference_impl.model import share_txn
 from reference_impl.model.acls import AclStore
 from reference_impl.model.broker_config import BrokerConfig
 from reference_impl.model.clock import Clock
@@ -19,9 +20,9 @@ from reference_impl.model.group_configs import GroupConfigBounds, GroupConfigs
 from reference_impl.model.group_coordinator import GroupCoordinator
 from reference_impl.model.producer_ids import ProducerIdManager
 from reference_impl.model.producer_state import ProducerStateManager
-from reference_impl.model.share_coordinator import ShareCoordinator, topic_exists_in
+from reference_impl.model.share_coordinator import ShareCoordinator, ShareCoordinatorConfig, topic_exists_in
 from reference_impl.model.share_group import ShareGroupCoordinator
-from reference_impl.model.share_partition_manager import SharePartitionManager
+from reference_impl.model.share_partition_manager import SharePartitionId, SharePartitionManager
 from reference_impl.model.topics import TopicRegistry
 from reference_impl.model.transaction_coordinator import TransactionCoordinator
 
@@ -55,7 +56,8 @@ class ReferenceState:
         # Dynamic group configs (IncrementalAlterConfigs on the GROUP resource).
         self.group_configs = GroupConfigs(GroupConfigBounds(self.config.share_partition))
         # The share coordinator's persister state (`__share_group_state` semantics).
-        self.share_coordinator = ShareCoordinator(clock, topic_exists=topic_exists_in(self.topics))
+        self.share_coordinator = ShareCoordinator(
+            clock, ShareCoordinatorConfig(seeded_bugs=self.config.seeded_bugs), topic_exists=topic_exists_in(self.topics))
         # Share-partition leaders and share sessions (ShareFetch / ShareAcknowledge).
         self.share_partitions = SharePartitionManager(self.share_coordinator, self.config.share_partition)
         self.share_partitions.group_configs = self.group_configs.all
@@ -81,7 +83,7 @@ class ReferenceState:
             sorted(self.nodes), clock, self.config, self.topics, self.groups, producer_ids=self.producer_ids
         )
         # KIP-1289: markers for a registered __share_group_state partition resolve TX_PENDING.
-        self.transactions.share_txn_markers = self.share_partitions.apply_txn_marker
+        self.transactions.share_txn_markers = self._share_state_marker
 
     @property
     def controller_id(self) -> int:
@@ -118,6 +120,9 @@ class ReferenceState:
     def tick(self) -> None:
         """Fire due timers (session timeouts, rebalance deadlines, ...)."""
         now = self.clock.now_ms()
+        # Leaders follow liveness before the coordinators' timers run: a transaction's markers
+        # wait while a partition has no live leader, as Kafka's WriteTxnMarkers to it would.
+        self.topics.sync_liveness(self.alive)
         self.topics.tick(now)
         self.groups.tick(now)
         self.share_groups.tick(now)
@@ -158,6 +163,24 @@ class ReferenceState:
         """coordinator_for as it is now (before a node leaves the live set)."""
         alive = frozenset(self.alive)
         return lambda key: self.coordinator_for(key, alive)
+
+    def _share_state_marker(self, producer_id: int, epoch: int, committed: bool, now_ms: int, state_partition: int) -> int:
+        """The coordinator's marker for __share_group_state-N reaches the share-partitions of
+        the groups whose stagings register N (share_txn.state_partition_for), no others."""
+        n = self.share_coordinator.config.state_topic_num_partitions
+        return self.share_partitions.apply_txn_marker(
+            producer_id, epoch, committed, now_ms, only=lambda key: share_txn.state_partition_for(key[0], n) == state_partition)
+
+    def share_partitions_led_by(self, node_id: int) -> Callable[[SharePartitionId], bool]:
+        """Whether a share-partition's leader is `node_id` (a WriteTxnMarkers reaching that
+        node is offered to these only: KIP-1289 broadcasts "on that broker")."""
+        led_here = self._led_by(node_id)
+
+        def on_node(key: SharePartitionId) -> bool:
+            topic = self.topics.by_id(key[1])
+            return topic is not None and led_here(topic.name, key[2])
+
+        return on_node
 
     def _led_by(self, node_id: int) -> Callable[[str, int], bool]:
         """Whether a partition's leader is `node_id`."""

@@ -971,6 +971,9 @@ class GroupCoordinator:
         # group was removed by the expiration job meanwhile (it only counts committed
         # offsets), the materialised offsets stay invisible to OffsetFetch until the group
         # exists again.
+        if not committed and self.seeded_bugs.has(bugs.TXN_OFFSET_ABORT_DROPS_OTHER_PRODUCERS):
+            for other in self.offsets.open_transactions(group_id) - {int(producer_id)}:
+                self.offsets.complete_transaction(group_id, other, committed=False)  # the seeded bug
         materialised = self.offsets.complete_transaction(group_id, producer_id, committed)
         return [(topic, partition) for topic, partition, _value in materialised]
 

@@ -432,7 +432,7 @@ class PartitionLog:
                 dup = None if self.config.seeded_bugs.has(bugs.IDEMPOTENT_DUPLICATE_APPENDED) else found
             except LogError as err:
                 if not self._seeded_accept(err):
-                    raise
+                    raise self._seeded_duplicate(err, header) from None
             if dup is not None:
                 return AppendResult(
                     base_offset=dup.base_offset,
@@ -477,6 +477,17 @@ class PartitionLog:
             max_timestamp=stored.max_timestamp,
             record_count=len(stored.record_offsets),
         )
+
+    def _seeded_duplicate(self, err: LogError, header: BatchHeader) -> LogError:
+        """The seeded unbounded window: a retry of any batch still in the log (not only the
+        last 5) is a duplicate, answered DUPLICATE_SEQUENCE_NUMBER."""
+        if err.error_code != ErrorCode.out_of_order_sequence_number or not self.config.seeded_bugs.has(
+                bugs.IDEMPOTENT_WINDOW_UNBOUNDED):
+            return err
+        if any(b.header.producer_id == header.producer_id and b.header.producer_epoch == header.producer_epoch
+               and b.header.base_sequence == header.base_sequence for b in self._batches):
+            return LogError(f"duplicate sequence {header.base_sequence} (seeded bug)", ErrorCode.duplicate_sequence_number)
+        return err
 
     def _seeded_accept(self, err: LogError) -> bool:
         """Seeded bugs that append a batch the producer-state check refused."""
@@ -650,6 +661,8 @@ class PartitionLog:
             aborted = self.aborted_transactions(fetch_offset, end)
             if self.config.seeded_bugs.has(bugs.ABORTED_TXNS_MISSING_FROM_FETCH):
                 aborted = ()
+            if self.config.seeded_bugs.has(bugs.ABORTED_TXN_BEFORE_FETCH_UNLISTED):
+                aborted = tuple(a for a in aborted if a.first_offset >= fetch_offset)
         return ReadResult(
             records=b"".join(b.data for b in taken),
             batches=tuple(taken),

@@ -54,6 +54,8 @@ from typing import Any, Callable, Iterable, Sequence
 from kio.schema.errors import ErrorCode
 
 from reference_impl.model.clock import Clock
+from reference_impl.model import seeded_bugs as bugs
+from reference_impl.model.seeded_bugs import NO_BUGS, SeededBugs
 from reference_impl.model.share_state_records import (
     DEFAULT_STATE_TOPIC_PARTITIONS,
     NO_DELIVERY_COMPLETE_COUNT,
@@ -85,6 +87,7 @@ class ShareCoordinatorConfig:
     state_topic_num_partitions: int = DEFAULT_STATE_TOPIC_PARTITIONS  # share.coordinator.state.topic.num.partitions
     cold_partition_snapshot_interval_ms: int = 300_000  # share.coordinator.cold.partition.snapshot.interval.ms
     state_topic_prune_interval_ms: int = 300_000  # share.coordinator.state.topic.prune.interval.ms
+    seeded_bugs: SeededBugs = NO_BUGS  # reference:bug=NAME (seeded_bugs.py)
 
     def __post_init__(self) -> None:
         if self.snapshot_update_records_per_snapshot < 0:
@@ -401,11 +404,14 @@ class ShareCoordinator:
             return PersisterResult(
                 key, ErrorCode.invalid_request, "Write operation on uninitialized share partition not allowed."
             )
+        bugs_on = self.config.seeded_bugs
         stored_leader = self._leader_epochs.get(key)
-        if leader_epoch != -1 and stored_leader is not None and stored_leader > leader_epoch:
+        if leader_epoch != -1 and stored_leader is not None and stored_leader > leader_epoch \
+                and not bugs_on.has(bugs.SHARE_STALE_LEADER_EPOCH_WRITE_ACCEPTED):
             return PersisterResult(key, ErrorCode.fenced_leader_epoch, "The leader epoch is older than the stored one.")
         stored_state = self._state_epochs.get(key)
-        if state_epoch != -1 and stored_state is not None and stored_state > state_epoch:
+        if state_epoch != -1 and stored_state is not None and stored_state > state_epoch \
+                and not bugs_on.has(bugs.SHARE_STALE_STATE_EPOCH_WRITE_ACCEPTED):
             return PersisterResult(key, ErrorCode.fenced_state_epoch, "The state epoch is older than the stored one.")
         if (err := self._topic_error(key)) is not None:
             return err

@@ -603,7 +603,8 @@ class ShareGroupCoordinator:
         specs = {
             m.member_id: MemberSpec(
                 frozenset(ids_by_name[n] for n in m.subscribed_topic_names if n in ids_by_name),
-                (group.target_assignment.get(m.member_id, {}) if group else {}),
+                (group.target_assignment.get(m.member_id, {})
+                 if group and not self.seeded_bugs.has(bugs.SHARE_ASSIGNOR_NOT_STICKY) else {}),
             )
             for m in members
         }

@@ -453,8 +453,10 @@ class SharePartition:
         if log_start_offset <= self._spso:
             return False
         self._split(log_start_offset)
-        self._ranges = [r for r in self._ranges if r.first_offset >= log_start_offset]
-        self._spso = log_start_offset
+        keep_overtaken = self.config.seeded_bugs.has(bugs.SHARE_OVERTAKEN_RECORDS_REDELIVERED)
+        self._ranges = [r for r in self._ranges
+                        if r.first_offset >= log_start_offset or (keep_overtaken and not r.state.terminal)]
+        self._spso = min(log_start_offset, self._ranges[0].first_offset) if self._ranges else log_start_offset
         self._speo = max(self._speo, log_start_offset)
         self._advance()
         return True
@@ -668,6 +670,8 @@ class SharePartition:
                 runs.append((off, off, t))
         for a, b, t in runs:
             for r in self._isolate(a, b):
+                if r.state is S.AVAILABLE and r.delivery_count and self.config.seeded_bugs.has(bugs.SHARE_EXPIRED_ACK_ACCEPTED):
+                    r.state, r.member_id = S.ACQUIRED, member_id
                 if r.state is not S.ACQUIRED:
                     raise _AckError(
                         ErrorCode.invalid_record_state,
@@ -773,7 +777,10 @@ class SharePartition:
             if not share_txn.marker_resolves(r.txn[:2], producer_id, producer_epoch):
                 continue
             if committed:
-                event = ACK_EVENTS[AcknowledgeType(r.txn[2])]
+                staged = AcknowledgeType(r.txn[2])
+                if staged is AcknowledgeType.REJECT and self.config.seeded_bugs.has(bugs.TXN_SHARE_REJECT_COMMITTED_AS_ACCEPT):
+                    staged = AcknowledgeType.ACCEPT  # the deliberate bug (seeded_bugs.py)
+                event = ACK_EVENTS[staged]
                 r.state = next_state(r.state, event, r.delivery_count, self.config.delivery_count_limit)
                 r.member_id = None
                 r.lock_deadline_ms = None
@@ -843,7 +850,9 @@ class SharePartition:
         out: list[StateBatch] = []
         for r in self._ranges:
             state, count = r.state, r.delivery_count
-            if state in (S.ACQUIRED, S.TX_PENDING):  # KIP-1289 corner case 1: in memory only
+            if state is S.TX_PENDING and self.config.seeded_bugs.has(bugs.TXN_SHARE_PENDING_PERSISTED):
+                pass  # the deliberate bug (seeded_bugs.py): the pending state reaches the share coordinator
+            elif state in (S.ACQUIRED, S.TX_PENDING):  # KIP-1289 corner case 1: in memory only
                 state, count = S.AVAILABLE, max(0, count - 1)
             if state is S.AVAILABLE and count == 0:
                 continue

@@ -264,7 +264,8 @@ class SharePartitionManager:
             if deadline is None or deadline > now_ms:
                 continue
             if sp.tick(now_ms):
-                self._persist(key, sp, now_ms)
+                if not self.config.seeded_bugs.has(bugs.SHARE_LOCK_EXPIRY_NOT_PERSISTED):
+                    self._persist(key, sp, now_ms)
                 changed = True
         return changed
 
@@ -292,11 +293,16 @@ class SharePartitionManager:
                 sp.restore(cp)
         return results
 
-    def apply_txn_marker(self, producer_id: int, producer_epoch: int, committed: bool, now_ms: int | None = None) -> int:
-        """The KIP-1289 hook of WriteTxnMarkers: offer the marker to every share-partition;
-        returns how many records it resolved. Resolved partitions persist their new state."""
+    def apply_txn_marker(self, producer_id: int, producer_epoch: int, committed: bool, now_ms: int | None = None,
+                         *, only: Callable[[SharePartitionId], bool]) -> int:
+        """The KIP-1289 hook of WriteTxnMarkers: offer the marker to the share-partitions it
+        reaches (`only`: those on the receiving broker, or of the groups on the marked state
+        partition); returns how many records it resolved. Resolved partitions persist."""
         resolved = 0
+        broadcast = self.config.seeded_bugs.has(bugs.TXN_SHARE_MARKERS_BROADCAST)  # the deliberate bug
         for key, sp in self.partitions.items():
+            if not (broadcast or only(key)):
+                continue
             changes = sp.apply_txn_marker(producer_id, producer_epoch, committed)
             if changes:
                 resolved += sum(c.last_offset - c.first_offset + 1 for c in changes)

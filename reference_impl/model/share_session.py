@@ -179,7 +179,8 @@ class ShareSessionCache:
         self, group_id: str, member_id: str, partitions: Iterable[PartitionKey], connection_id: Hashable | None, now_ms: int
     ) -> ShareSession | None:
         """A new session with epoch 1, or None when the cache is full."""
-        if len(self._sessions) >= self.max_entries and not self._try_evict(now_ms):
+        cap = self.max_entries // 2 if self.seeded_bugs.has(bugs.SHARE_SESSION_CAP_HALVED) else self.max_entries
+        if len(self._sessions) >= cap and not self._try_evict(now_ms):
             return None
         key = ShareSessionKey(group_id, member_id)
         session = ShareSession(key, OrderedDict((p, None) for p in partitions), next_epoch(INITIAL_EPOCH),

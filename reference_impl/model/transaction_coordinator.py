@@ -212,8 +212,8 @@ class TransactionCoordinator:
         # Loads in progress after a coordinator node restart: (owns(tid), load end time).
         self._loads: list[tuple[Callable[[str], bool], int]] = []
         # KIP-1289: the marker reaching a __share_group_state partition runs the share-partition
-        # leaders' hook (producer id, marker epoch, committed, now) -> records resolved.
-        self.share_txn_markers: Callable[[int, int, bool, int], Any] | None = None
+        # leaders' hook (producer id, marker epoch, committed, now, state partition) -> records resolved.
+        self.share_txn_markers: Callable[[int, int, bool, int, int], Any] | None = None
         if log is not None:
             for record in log:
                 self.log.append(record)
@@ -360,6 +360,9 @@ class TransactionCoordinator:
             # Kafka completes loaded Prepare* transactions (markers) and its abort scan
             # then aborts transactions that timed out while the coordinator was away.
             for tid in [t for t in self._pending_markers if owns(t)]:
+                if self.txn_config.seeded_bugs.has(bugs.LOADED_PREPARE_COMMIT_ABORTED) and (
+                        self._cache[tid].state is S.PREPARE_COMMIT):
+                    self._cache[tid] = replace(self._cache[tid], state=S.PREPARE_ABORT)  # the seeded bug
                 self._send_markers(tid, now)
             for tid in self.timed_out_transactions(now):
                 if owns(tid) and not self.is_loading(tid, now) and not self._in_flight(self._cache[tid]):
@@ -564,7 +567,8 @@ class TransactionCoordinator:
                 transactional_id, producer_id, producer_epoch, ((topic, partition),),
                 client_transaction_version=TV2, now_ms=now_ms,
             )
-        if not self.txn_config.transaction_partition_verification_enable:
+        if not self.txn_config.transaction_partition_verification_enable or self.txn_config.seeded_bugs.has(
+                bugs.UNADDED_PARTITION_PRODUCE_ACCEPTED):
             return ErrorCode.none
         return self.verify_partitions(transactional_id, producer_id, producer_epoch, ((topic, partition),))[
             (topic, partition)
@@ -821,9 +825,9 @@ class TransactionCoordinator:
                 self.topics is None or self.topics.partition(participant.topic, participant.partition) is None
             ):
                 # The reference has no __share_group_state log: the marker for that partition is
-                # KIP-1289's hook on the share-partition leaders (KafkaApis broadcast).
+                # KIP-1289's hook on the share-partitions of the groups staging there (DIV-128905).
                 if self.share_txn_markers is not None:
-                    self.share_txn_markers(value.producer_id, value.producer_epoch, committed, now)
+                    self.share_txn_markers(value.producer_id, value.producer_epoch, committed, now, participant.partition)
                 pending.discard(participant)
                 continue
             if participant.topic == CONSUMER_OFFSETS_TOPIC and (

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from reference_impl.model import seeded_bugs as bugs
+from reference_impl.model.seeded_bugs import NO_BUGS, SeededBugs
 from reference_impl.model.transaction_log import TransactionLogValue
+from reference_impl.model.transaction_state import TransactionState
 
 FEATURE = "transaction.roundtrip.version"
 BLOCKING_LEVEL = 1
@@ -30,9 +33,11 @@ def blocking_add_enabled(finalized: Mapping[str, int]) -> bool:
     return int(finalized.get(FEATURE, 0)) >= BLOCKING_LEVEL
 
 
-def is_held(value: TransactionLogValue | None) -> bool:
+def is_held(value: TransactionLogValue | None, seeded: SeededBugs = NO_BUGS) -> bool:
     """An add for this transactional id must wait: its previous transaction is decided
     (PrepareCommit/PrepareAbort) and its markers are not all written yet."""
+    if value is not None and value.state is TransactionState.PREPARE_ABORT and seeded.has(bugs.TXNRT_HOLD_ONLY_AFTER_COMMIT):
+        return False  # the deliberate bug (seeded_bugs.py)
     return value is not None and value.state.is_prepare
 
 

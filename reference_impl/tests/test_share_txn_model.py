@@ -115,7 +115,7 @@ def _manager_with(*keys):
     return mgr
 
 
-def test_manager_stages_all_or_nothing_and_broadcasts_markers():
+def test_manager_stages_all_or_nothing_and_routes_markers():
     a, b = ("g", uuid.uuid4(), 0), ("g", uuid.uuid4(), 0)
     mgr = _manager_with(a, b)
     res = mgr.stage_txn("g", "m", [(a[1], 0, [(0, 4, [1])]), (b[1], 0, [(0, 4, [2])])], PID, EPOCH, NOW)
@@ -123,7 +123,8 @@ def test_manager_stages_all_or_nothing_and_broadcasts_markers():
     assert mgr.txn_pending_count() == 0
     res = mgr.stage_txn("g", "m", [(a[1], 0, [(0, 4, [1])]), (b[1], 0, [(0, 1, [3])])], PID, EPOCH, NOW)
     assert all(x.ok for x in res) and mgr.txn_pending_count() == 7
-    assert mgr.apply_txn_marker(PID, EPOCH + 1, True) == 7 and mgr.txn_pending_count() == 0
+    assert mgr.apply_txn_marker(PID, EPOCH + 1, True, only=lambda key: key != b) == 5 and mgr.txn_pending_count() == 2
+    assert mgr.apply_txn_marker(PID, EPOCH + 1, True, only=lambda key: True) == 2 and mgr.txn_pending_count() == 0
 
 
 def test_manager_forgets_pending_partitions_of_a_lost_leader_only():

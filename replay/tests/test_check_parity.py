@@ -43,7 +43,7 @@ def test_spark_and_pure_find_exactly_the_injected_anomalies(spark, tmp_path):
     table, expected = build_table(2_500, seed=11)
     write_segments(table, str(tmp_path / "t"), rows_per_segment=1_000)
     assert sorted(r for r, _ in expected) == sorted(ANOMALY_KINDS)
-    assert check_cmd.main([str(tmp_path / "t"), "--out", str(tmp_path / "rep")]) == 1
+    assert check_cmd.main([str(tmp_path / "t"), "--out", str(tmp_path / "rep"), "--engine", "spark"]) == 1
     v = spark.read.parquet(str(tmp_path / "rep" / "violations.parquet")).collect()
     pure = pure_found(table)
     assert {(r.rule_id, r.entity, r.seq) for r in v} == pure
@@ -68,7 +68,7 @@ def test_clean_reference_trace_has_no_violation_in_both_engines(spark, reference
     table, _ = read_trace(reference_trace)
     assert_covers_every_entity_kind(table)
     assert pure_found(table) == set()
-    assert check_cmd.main([reference_trace, "--out", str(tmp_path / "rep")]) == 0
+    assert check_cmd.main([reference_trace, "--out", str(tmp_path / "rep"), "--engine", "spark"]) == 0
     summary = json.loads((tmp_path / "rep" / "summary.json").read_text())
     assert summary["engine"] == "spark" and summary["violations"] == 0
     assert summary["read"]["exchanges"] == table.num_rows

@@ -76,7 +76,7 @@ def test_command_with_the_spark_engine(spark, tmp_path) -> None:
     write_trace(str(tmp_path / "a"), small_workload(hwm=10))
     write_trace(str(tmp_path / "b"), small_workload(hwm=12))
     out = str(tmp_path / "report")
-    assert diff_main([str(tmp_path / "a"), str(tmp_path / "b"), "--out", out]) == 1
+    assert diff_main([str(tmp_path / "a"), str(tmp_path / "b"), "--out", out, "--engine", "spark"]) == 1
     t = pq.read_table(os.path.join(out, "divergences.parquet"))
     assert sorted(t.column("path").to_pylist()) == ["acquired_records[0].last_offset", "partitions[0].high_watermark",
                                                    "partitions[0].last_stable_offset"]

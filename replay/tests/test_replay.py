@@ -29,7 +29,7 @@ from reference_impl.client.share_consumer import ShareConsumer
 from reference_impl.protocol import framing
 from reference_impl.protocol import records as rec_mod
 from reference_impl.server.broker_server import ThreadedReferenceCluster
-from replay import replay_cmd
+from replay import diff_cmd, replay_cmd
 from replay import trace_schema as ts
 from replay.proxy import ProcessTraceSink, ThreadedCaptureProxy
 from replay.replayer import REPORT_FILE, replay
@@ -196,6 +196,17 @@ def test_responses_line_up(reference_replay) -> None:
     for api in ("init_producer_id", "produce", "add_partitions_to_txn", "end_txn", "join_group", "sync_group",
                 "offset_commit", "fetch", "share_group_heartbeat", "share_fetch"):
         assert names[api] >= 1, (api, names)
+
+
+def test_recording_diffs_against_its_replay_with_no_divergence(reference_replay, tmp_path, capsys) -> None:
+    """`kipcheck diff` of a recording against its own replay: every id the broker made up
+    (producer ids, member ids, the JoinGroup leader, topic ids, sessions) is remapped or
+    numbered, so a correct replay shows no divergence at all (issue 24, item 4)."""
+    out = tmp_path / "diff"
+    code = diff_cmd.main([reference_replay["recorded_dir"], reference_replay["out"], "--out", str(out),
+                          "--engine", "pure"])
+    summary = json.loads((out / "summary.json").read_text())
+    assert code == 0, (summary.get("verdict"), summary.get("fields"), capsys.readouterr().out[-3000:])
 
 
 def test_producer_ids_are_remapped(reference_replay) -> None:

@@ -580,13 +580,13 @@ def test_json_schema_is_stable(report, tmp_path):
     data = json.loads(path.read_text())
     assert tuple(data) == cert.REPORT_KEYS
     assert data["schema"] == "kipcheck-certification-report"
-    assert data["schema_version"] == 4
+    assert data["schema_version"] == 5
     assert set(data["summary"]) == {
         "result", "banner", "completeness", "tests", "tests_total", "timed_out", "requirements_total",
         "requirements_tested", "requirements_untested", "per_target",
     }
-    assert set(data["kips"][0]) == {"kip", "title", "status", "seed", "requirements", "untested", "per_target",
-                                    "must", "must_total"}
+    assert set(data["kips"][0]) == {"kip", "title", "status", "seed", "requirements", "untested", "out_of_scope",
+                                    "per_target", "must", "must_total"}
     assert set(data["kips"][0]["per_target"][REF]) == {*cert.REQ_VERDICTS, cert.OUT_OF_SCOPE, "verdict"}
     assert set(data["requirements"][0]) == {
         "id", "kip", "section", "level", "behaviour", "oracle", "implemented_in", "in_catalog", "tested",

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from targets.kafka_native import security as sec
 from targets.kafka_native.versions import KafkaRelease
-from targets.target import AUTHORIZERS
+from targets.target import AUTHORIZERS, KIND_OPTIONS
 
 HOST = "127.0.0.1"
 CLIENT_LISTENER = "PLAINTEXT"
@@ -48,10 +48,6 @@ INTERNAL_LISTENER = sec.INTERNAL_LISTENER
 _SIZE = re.compile(r"^[1-9][0-9]*[kKmMgG]?$")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
-KNOWN_OPTIONS = (
-    "broker.<name>", "feature.<name>", "heap", "quorum", "startup_timeout", "stop_timeout", "keep_logs",
-    "security", "sasl_mechanism", "authorizer", "advertised_ports",
-)
 
 
 @dataclass(frozen=True)
@@ -94,7 +90,7 @@ def _parse_seconds(name: str, value: str) -> float:
         s = float(value)
     except ValueError:
         s = -1.0
-    if s <= 0:
+    if not 0 < s < float("inf"):
         raise ValueError(f"kafka-native: option {name} must be a positive number of seconds, got {value!r}")
     return s
 
@@ -147,7 +143,7 @@ def parse_options(options: tuple[tuple[str, str], ...] | dict[str, str]) -> Nati
         elif key == "advertised_ports":
             kw["advertised_ports"] = _parse_ports(value)
         else:
-            raise ValueError(f"kafka-native: unknown option {key!r}; known options: {', '.join(KNOWN_OPTIONS)}")
+            raise ValueError(f"kafka-native: unknown option {key!r}; known: {KIND_OPTIONS['kafka-native'].listing()}")
     if kw.get("authorizer", "none") != "none":
         _sasl_for_authorizer(kw)
     return NativeOptions(broker_properties=broker, features=features, **kw)  # type: ignore[arg-type]

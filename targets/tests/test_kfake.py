@@ -239,7 +239,7 @@ def test_target_up_bad_spec_is_one_line_exit_2(spec: str, tmp_path: Path) -> Non
     out, err = proc.communicate(timeout=WAIT_S)
     assert proc.returncode == 2
     assert out == ""
-    assert len(err.strip().splitlines()) == 1 and err.startswith("kipcheck: error:"), err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("kipcheck target: error:"), err
 
 
 def _children(pid: int) -> list[int]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from targets.target import KINDS, TargetSpec, parse_target_spec
+from targets.target import (KIND_OPTIONS, KINDS, TargetSpec, check_target_spec, parse_target_spec,
+                            split_external_spec)
 from targets.factory import create_target
-from targets.external import split_external_spec
 from targets.testcontainers_target import DEFAULT_IMAGE, resolve_image
 
 
@@ -26,7 +26,8 @@ def _no_external_env(monkeypatch: pytest.MonkeyPatch) -> None:
         ("kafka-native", "kafka-native", None, 1, ()),
         ("kafka-native:4.2.1", "kafka-native", "4.2.1", 1, ()),
         ("kafka-native:4.2.1:nodes=3", "kafka-native", "4.2.1", 3, ()),
-        ("kafka-native:4.2:nodes=3:transaction.version=1", "kafka-native", "4.2", 3, (("transaction.version", "1"),)),
+        ("kafka-native:4.2:nodes=3:feature.transaction.version=1", "kafka-native", "4.2", 3,
+         (("feature.transaction.version", "1"),)),
         ("librdkafka-mock", "librdkafka-mock", None, 1, ()),
         ("librdkafka-mock:nodes=3", "librdkafka-mock", None, 3, ()),
         ("librdkafka-mock:nodes=2:mode=config:rtt=5", "librdkafka-mock", None, 2, (("mode", "config"), ("rtt", "5"))),
@@ -94,12 +95,38 @@ def test_parse_bad_specs(text: str, message: str) -> None:
 @pytest.mark.parametrize(
     "text, message",
     [
+        # issue 24: every kind refuses an option it does not know, naming the ones it does
+        ("reference:foo=bar", "unknown option(s) foo for reference in 'reference:foo=bar'; known: nodes, port,"),
+        ("reference:node=3", "unknown option(s) node for reference"),
+        ("reference:4.0", "reference takes no version ('4.0')"),
+        ("kafka-native:4.4:transaction.version=1", "known: nodes, heap,"),
+        ("kafka-native:9.9", "kafka-native: unsupported Kafka version '9.9'; supported: 3.9.2"),
+        ("librdkafka-mock:foo=1", "unknown option(s) foo for librdkafka-mock"),
+        ("librdkafka-mock:2.16.0", "librdkafka-mock takes no version ('2.16.0')"),
+        ("kfake:9.9", "kfake: unknown version '9.9'"),
+        ("kfake:colour=blue", "known: nodes, timeout, partitions, broker.<name>"),
+        ("testcontainers:4.4.0:flavour=x", "unknown option(s) flavour for testcontainers"),
+        ("external:h:9092:bogus=1", "unknown option(s) bogus for external"),
+        ("external:h:9092:nodes=3", "unknown option(s) nodes for external"),
+    ],
+)
+def test_unknown_options_and_versions_are_refused(text: str, message: str) -> None:
+    spec = parse_target_spec(text)  # the syntax is fine
+    for check in (check_target_spec, create_target):
+        with pytest.raises(ValueError) as info:
+            check(spec)
+        assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
         ("librdkafka-mock:foo=1", "unknown option(s) foo"),
         ("librdkafka-mock:2.16.0", "takes no version"),
         ("librdkafka-mock:mode=fast", "mode must be one of auto, api, config"),
         ("librdkafka-mock:rtt=slow", "rtt must be an integer"),
         ("librdkafka-mock:rtt=-5", "rtt must be >= 0"),
-        ("testcontainers:apache/kafka:4.2.1:flavour=x", "unknown option 'flavour'"),
+        ("testcontainers:apache/kafka:4.2.1:flavour=x", "unknown option(s) flavour"),
         ("testcontainers:timeout=soon", "timeout must be seconds"),
         ("external:kafka.example.com", "expected HOST:PORT"),
         ("external:h:9092:bogus=1", "unknown option(s) bogus"),
@@ -108,12 +135,21 @@ def test_parse_bad_specs(text: str, message: str) -> None:
         ("external:h:9092:probe=telepathy", "probe must be one of auto, raw, librdkafka"),
         ("external:h:9092:config=x.properties:stray", "put key=value options last"),
         ("reference:port=abc", "port must be a number"),
+        ("reference:port=70000", "port must be a number in 0..65535"),
+        ("testcontainers:timeout=-1", "timeout must be a positive number of seconds"),
+        ("external:h:9092:timeout=inf", "timeout must be positive"),
     ],
 )
 def test_provider_rejects_bad_options(text: str, message: str) -> None:
     with pytest.raises(ValueError) as info:
         create_target(text)
     assert message in str(info.value)
+
+
+def test_every_kind_lists_its_options_in_one_table() -> None:
+    assert set(KIND_OPTIONS) == set(KINDS)
+    assert KIND_OPTIONS["kafka-native"].known("broker.log.retention.ms") and not KIND_OPTIONS["kafka-native"].known("broker.")
+    assert KIND_OPTIONS["testcontainers"].known("KAFKA_NUM_PARTITIONS")
 
 
 def test_label_is_filesystem_safe() -> None:

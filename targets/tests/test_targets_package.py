@@ -181,7 +181,7 @@ def test_target_up_start_errors_exit_2_with_one_line(spec: str, message: str, tm
     assert out.returncode == 2
     assert out.stdout == ""
     err_lines = out.stderr.strip().splitlines()
-    assert len(err_lines) == 1 and message in err_lines[0] and err_lines[0].startswith("kipcheck: error:")
+    assert len(err_lines) == 1 and message in err_lines[0] and err_lines[0].startswith("kipcheck target: error:")
 
 
 def test_target_up_in_process_with_stop_event() -> None:

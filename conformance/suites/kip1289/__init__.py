@@ -82,7 +82,7 @@ def _speaks_txn_share_ack(node: RawClient) -> bool:
     body = payloads.build(cls, transactional_id=None, group_id="", producer_id=-1, producer_epoch=-1,
                           member_id="", member_epoch=-1, topics=())
     try:
-        with RawClient(node.host, node.port, "kipcheck-kip1289-probe", 10.0) as probe:
+        with RawClient(node.host, node.port, "kipcheck-kip1289-probe", 10.0, security=node.security) as probe:
             resp = probe.send(body, timeout=10.0)
     except Exception:  # noqa: BLE001 - closed, timed out or unparseable: not KIP-1289
         return False

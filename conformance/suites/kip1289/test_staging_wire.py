@@ -20,25 +20,42 @@ from conformance.suites.kip1289 import (
     txn_pending_count, wait_for,
 )
 
+ACKNOWLEDGED, ARCHIVED = 2, 4  # persisted delivery states (WriteShareGroupState)
+
 @pytest.mark.requirement("KIP-1289.RPC.001", "KIP-1289.RPC.002", "KIP-1289.STATE.001", "KIP-1289.STATE.003",
                          "KIP-1289.REG.001", "KIP-1289.MARKER.003")
 def test_commit_acknowledges_accept_and_archives_reject(kip):
-    """Stage ACCEPT for base..base+4 (one type for the range) and [1,3,1] for base+5..base+7,
-    register __share_group_state-N, commit: SPSO past base+7, base+6 archived, base+8..9
-    still the member's."""
+    """Stage ACCEPT for base+1..base+4 (one type for the range) and [1,3,1] for base+5..base+7,
+    leaving base with the member so the SPSO cannot move and hide the per-record outcome;
+    register __share_group_state-N; commit. The persisted state (ReadShareGroupState) then
+    holds base+1..base+5 and base+7 Acknowledged and base+6 Archived (STATE.003: REJECT is
+    archived, not acknowledged; DIV-128917); none of base+1..base+7 can be acknowledged by
+    the member any more, while base and base+8..9 are still its own."""
     sp, m, epoch, base, txn = scenario(kip)
     resp = stage(m.node, txn, sp.group, m.member, epoch,
-                 {sp.key(): [(base, base + 4, [ACCEPT]), (base + 5, base + 7, [ACCEPT, REJECT, ACCEPT])]})
+                 {sp.key(): [(base + 1, base + 4, [ACCEPT]), (base + 5, base + 7, [ACCEPT, REJECT, ACCEPT])]})
     assert staged_ok(resp), resp
-    assert txn_pending_count(kip.target) in (None, 8)
+    assert txn_pending_count(kip.target) in (None, 7)
     described = txn.describe()
     assert described.transaction_state == "Ongoing"
     assert any(t.topic == SHARE_STATE_TOPIC and len(t.partitions) == 1 for t in described.topics), described
     assert txn.end(committed=True).error_code == E.none
-    spso, batches = wait_for(lambda: (s := sp.state())[0] >= base + 8 and s, "SPSO past the committed range")
-    assert spso == base + 8, batches
-    assert ack_codes(m.ack({sp.key(): [(base + 8, base + 9, [ACCEPT])]})) == {0: 0}
+    wait_for(lambda: txn.describe().transaction_state == "CompleteCommit", "the commit to complete")
+    spso, batches = wait_for(lambda: outcome((st := sp.state())[1], base + 6) is not None and st,
+                             "the committed outcome persisted")
+    assert spso == base, (spso, batches)
+    assert {o: outcome(batches, o) for o in range(base + 1, base + 8)} == \
+        {**{o: ACKNOWLEDGED for o in range(base + 1, base + 8)}, base + 6: ARCHIVED}, batches
+    for o in range(base + 1, base + 8):
+        assert ack_codes(m.ack({sp.key(): [(o, o, [ACCEPT])]})) == {0: E.invalid_record_state}, o
+    assert ack_codes(m.ack({sp.key(): [(base, base, [ACCEPT]), (base + 8, base + 9, [ACCEPT])]})) == {0: 0}
+    wait_for(lambda: sp.state()[0] == base + 10, "SPSO past every record")
     assert txn_pending_count(kip.target) in (None, 0)
+
+
+def outcome(batches, offset: int) -> int | None:
+    """The persisted delivery state of `offset` (None: not in any state batch)."""
+    return next((b[2] for b in batches if b[0] <= offset <= b[1]), None)
 
 
 @pytest.mark.requirement("KIP-1289.STATE.004", "KIP-1289.API.005")
@@ -165,3 +182,30 @@ def test_multi_partition_staging_is_all_or_nothing(kip):
     expected = E.none if codes[sp.key(1)] == E.invalid_record_state else E.invalid_txn_state
     assert txn.end(committed=True).error_code == expected
     assert ack_codes(m.ack({sp.key(0): [(base, base + 4, [ACCEPT])]})) == {0: 0}
+
+
+@pytest.mark.requirement("KIP-1289.FENCE.001", "KIP-1289.CASE.003", "KIP-1289.MARKER.001")
+def test_zombie_staging_into_the_new_instances_open_transaction_is_fenced(kip):
+    """Issue 25, FENCE.001 / CASE.003 / MARKER.001: the new instance's transaction is open and
+    has already registered the
+    share-state partition (its own staging of base..base+4 succeeded) when the zombie (same
+    transactional id and producer id, older epoch) stages base+5..base+9. The zombie is fenced
+    (PRODUCER_FENCED / INVALID_PRODUCER_EPOCH) and stages nothing: a broker that matches the
+    producer id but not the epoch on this path would let the new instance's commit resolve
+    the zombie's records too. After the commit only base..base+4 are acknowledged (SPSO at
+    base+5) and base+5..base+9 are still the member's to ACCEPT."""
+    sp, m, epoch, base, zombie = scenario(kip)
+    fresh = type(zombie)(kip.cc, zombie.tid).init()
+    kip.txns.append(fresh)
+    assert fresh.pid == zombie.pid and fresh.epoch > zombie.epoch, (fresh.pid, fresh.epoch, zombie.epoch)
+    assert staged_ok(stage(m.node, fresh, sp.group, m.member, epoch, {sp.key(): [(base, base + 4, [ACCEPT])]}))
+    assert any(t.topic == SHARE_STATE_TOPIC for t in fresh.describe().topics)
+    late = stage(m.node, zombie, sp.group, m.member, epoch, {sp.key(): [(base + 5, base + 9, [ACCEPT])]})
+    assert late.error_code in (E.producer_fenced, E.invalid_producer_epoch), late
+    assert txn_pending_count(kip.target) in (None, 5)
+    assert fresh.end(committed=True).error_code == E.none
+    wait_for(lambda: fresh.describe().transaction_state == "CompleteCommit", "the commit to complete")
+    assert wait_for(lambda: (s := sp.state())[0] >= base + 5 and s, "SPSO past the new instance's range")[0] == base + 5
+    assert ack_codes(m.ack({sp.key(): [(base + 5, base + 9, [ACCEPT])]})) == {0: 0}, \
+        "the zombie's staging was resolved by the new instance's commit"
+    wait_for(lambda: sp.state()[0] == base + 10, "SPSO past the member's own ACCEPT")

@@ -28,12 +28,14 @@ from conformance.suites.kip447 import (
     UNKNOWN_MEMBER_ID,
     UNSTABLE_OFFSET_COMMIT,
     RawTxn,
+    commit,
     group_coordinator,
     join,
     offset_fetch,
     require_txn_offset_commit_v3,
     sync,
 )
+from clients.txn import txn_offset_commit
 from targets.target import NotSupportedByTarget
 from reference_impl.protocol.api_keys import ApiKey
 
@@ -307,10 +309,12 @@ def test_zombie_send_offsets_fenced_client(target, unique):
         confluent.close_stalled_consumer(a)
         if b is not None:
             confluent.close_stalled_consumer(b)  # B has not polled since its assignment either
-    if meta_a and meta_b:
-        # API.002: the metadata names the member and generation, refreshed by the rebalance.
-        assert meta_a["group_id"] == group and meta_a["member_id"] and meta_a["generation_id"] >= 1, meta_a
-        assert meta_b["generation_id"] > meta_a["generation_id"], (meta_a, meta_b)
+    # KIP-447.API.002: the metadata names the group, the member and the generation the broker
+    # assigned, refreshed by the rebalance (confluent-kafka serializes it as CGMDv2).
+    assert meta_a and meta_b, f"the consumers' group metadata did not parse: {md_a!r} {md_b!r}"
+    assert meta_a["group_id"] == group and meta_a["member_id"] and meta_a["generation_id"] >= 1, meta_a
+    assert meta_b["group_id"] == group and meta_b["member_id"] != meta_a["member_id"], (meta_a, meta_b)
+    assert meta_b["generation_id"] > meta_a["generation_id"], (meta_a, meta_b)
     assert error is not None, "the zombie's sendOffsetsToTransaction + commit succeeded"
     assert error["name"] in ("ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID"), error
     assert committed == 7, f"the group's offset is {committed}, not B's 7"
@@ -353,15 +357,40 @@ def test_replaced_static_member_send_offsets_fenced_client(target, unique):
     assert error["name"] == "FENCED_INSTANCE_ID", error
 
 
+def versions_scenario(target, ids):
+    """Exactly the versions KIP-447 needs: TxnOffsetCommit v3 stages an offset (default group
+    fields), OffsetFetch v7 with RequireStable answers it UNSTABLE_OFFSET_COMMIT while pending
+    and without RequireStable the committed one; after the commit v7 returns it."""
+    topic, group = ids.topic(), ids.group()
+    confluent.create_topic(target, topic)
+    with wire.cluster_client(target) as cc:
+        coord = group_coordinator(cc, group, topic)
+        seed = commit(coord, group, topic, 0, 5)
+        txn = RawTxn(cc, ids.transactional_id())
+        init, add = txn.init(), txn.add_offsets(group)
+        v3, staged = txn_offset_commit(coord, txn.tid, txn.pid, txn.epoch, group, topic, {0: 9}, highest=3, lowest=3)
+        v7, pending = offset_fetch(coord, group, topic, [0], require_stable=True, highest=7, lowest=7)
+        _, unstable = offset_fetch(coord, group, topic, [0], require_stable=False, highest=7, lowest=7)
+        end = txn.end(commit=True)
+        after = _stable_offset(coord, group, topic, 0)
+    return {"seed": seed, "init": init, "add": add, "versions": [v3, v7], "staged": staged,
+            "pending": list(pending[0]), "unstable": list(unstable[0]), "end": end, "after": after}
+
+
 @pytest.mark.requirement("KIP-447.COMPAT.001")
-def test_kip447_versions_advertised(target):
-    """KIP-447 needs TxnOffsetCommit v3+ (group fields) and OffsetFetch v7+ (RequireStable);
-    a target without them is reported not supported, never passed."""
+def test_kip447_versions_advertised(target, differential):
+    """KIP-447.COMPAT.001: TxnOffsetCommit v3+ (group fields) and OffsetFetch v7+ (RequireStable)
+    are advertised (else not supported, never passed) and work at exactly v3 and v7."""
     caps = target.capabilities()
     toc, of = caps.max_version(ApiKey.TXN_OFFSET_COMMIT), caps.max_version(ApiKey.OFFSET_FETCH)
     if toc is None or of is None or toc < 3 or of < 7:
         raise NotSupportedByTarget(f"TxnOffsetCommit max v{toc}, OffsetFetch max v{of}: KIP-447 needs v3+ / v7+")
-    assert caps.max_version(ApiKey.ADD_OFFSETS_TO_TXN) is not None and caps.max_version(ApiKey.INIT_PRODUCER_ID) is not None
+    obs = differential.run(versions_scenario).target
+    assert (obs["seed"], obs["init"], obs["add"], obs["versions"]) == (0, 0, 0, [3, 7]), obs
+    assert obs["staged"] == {0: 0}, f"KIP-447.COMPAT.001: TxnOffsetCommit v3: {obs}"
+    assert obs["pending"] == [-1, UNSTABLE_OFFSET_COMMIT], f"KIP-447.COMPAT.001: OffsetFetch v7 RequireStable: {obs}"
+    assert obs["unstable"] == [5, 0], f"KIP-447.COMPAT.001: OffsetFetch v7 without RequireStable: {obs}"
+    assert obs["end"] == 0 and obs["after"] == [9, 0], obs
 
 
 def stale_producer_epoch_scenario(target, ids):

@@ -249,3 +249,48 @@ def test_read_committed_consumer_waits_for_pending_offsets(target, unique):
             consumer.close()
     assert not early, f"records returned while offsets were pending, from offset {early[:1]}"
     assert first == 100, f"consumption started at {first}, not at the resolved offset 100"
+
+
+def two_producers_scenario(target, ids):
+    """Committed p0=50, p1=7. Producer A stages p0=100, producer B stages p1=200 (partitions
+    moved between producers of one group); A aborts, then B commits."""
+    topic, group = ids.topic(), ids.group()
+    confluent.create_topic(target, topic, partitions=2)
+    obs: dict = {}
+    with wire.cluster_client(target) as cc:
+        coord = group_coordinator(cc, group, topic)
+        obs["seed_commit"] = [_seed(coord, group, topic, 0, 50), _seed(coord, group, topic, 1, 7)]
+        a, b = RawTxn(cc, ids.transactional_id()), RawTxn(cc, ids.transactional_id())
+        obs["init"] = [a.init(), b.init()]
+        obs["add_offsets"] = [a.add_offsets(group), b.add_offsets(group)]
+        obs["staged"] = [a.txn_offset_commit(group, topic, {0: 100}, lowest=0)[1],
+                         b.txn_offset_commit(group, topic, {1: 200}, lowest=0)[1]]
+        _, both = offset_fetch(coord, group, topic, [0, 1], require_stable=True, lowest=7)
+        obs["both_pending"] = _view(both)
+        obs["end_a_abort"] = a.end(commit=False)
+        # A's marker resolves p0; p1 must stay pending (B is still open).
+        resolved_a, _, _ = _wait_resolved(coord, group, topic, [0])
+        _, after_a = offset_fetch(coord, group, topic, [0, 1], require_stable=True, lowest=7)
+        obs["after_a_abort"] = {"p0": list(resolved_a[0]), **_view(after_a)}
+        obs["end_b_commit"] = b.end(commit=True)
+        resolved_b, _, _ = _wait_resolved(coord, group, topic, [0, 1])
+        obs["after_b_commit"] = _view(resolved_b)
+    return obs
+
+
+@pytest.mark.requirement("KIP-447.FETCH.008", "KIP-447.FETCH.004")
+def test_abort_of_one_producer_keeps_another_producers_pending_offsets(target, differential):
+    """KIP-447.FETCH.008: pending offsets are per producer. A's abort restores p0 to 50 and
+    leaves B's pending p1 pending (UNSTABLE_OFFSET_COMMIT); B's later commit makes p1 200."""
+    _require_stable_fetch(target)
+    obs = differential.run(two_producers_scenario, requirement="KIP-447.FETCH.008").target
+    assert obs["seed_commit"] == [0, 0] and obs["init"] == [0, 0] and obs["add_offsets"] == [0, 0], obs
+    assert obs["staged"] == [{0: 0}, {1: 0}], obs
+    assert obs["both_pending"] == {"0": [-1, UNSTABLE_OFFSET_COMMIT], "1": [-1, UNSTABLE_OFFSET_COMMIT]}, obs
+    assert obs["end_a_abort"] == 0 and obs["end_b_commit"] == 0, obs
+    # KIP-447.FETCH.004: A's abort restores A's partition to the previous committed offset.
+    assert obs["after_a_abort"]["p0"] == [50, 0], obs
+    assert obs["after_a_abort"]["1"] == [-1, UNSTABLE_OFFSET_COMMIT], (
+        f"KIP-447.FETCH.008: producer A's abort resolved producer B's pending offset of p1: {obs}")
+    assert obs["after_b_commit"] == {"0": [50, 0], "1": [200, 0]}, (
+        f"KIP-447.FETCH.008: B's commit must make its pending p1=200 the committed offset: {obs}")

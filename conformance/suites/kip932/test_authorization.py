@@ -42,6 +42,7 @@ from reference_impl.client.raw_client import ClusterClient, RawClient
 from reference_impl.protocol.api_keys import ApiKey
 
 WRITE_SHARE_GROUP_STATE = ApiKey.WRITE_SHARE_GROUP_STATE
+READ_SHARE_GROUP_STATE_SUMMARY = ApiKey.READ_SHARE_GROUP_STATE_SUMMARY
 
 
 class Scene(AclScene):
@@ -231,6 +232,14 @@ def _read_state(node: RawClient, cc: ClusterClient, group: str, tid: uuid.UUID) 
     )).results[0].partitions[0]
 
 
+def _read_summary(node: RawClient, cc: ClusterClient, group: str, tid: uuid.UUID) -> Any:
+    return node.request(READ_SHARE_GROUP_STATE_SUMMARY, 0, group_id=group, topics=(
+        nested(READ_SHARE_GROUP_STATE_SUMMARY, 0, "ReadStateSummaryData", topic_id=tid, partitions=(
+            nested(READ_SHARE_GROUP_STATE_SUMMARY, 0, "PartitionData", partition=0,
+                   leader_epoch=leader_epoch(cc, tid, 0)),)),
+    )).results[0].partitions[0]
+
+
 def _write_state(node: RawClient, cc: ClusterClient, group: str, tid: uuid.UUID, state_epoch: int) -> Any:
     v = 0  # every field the probe needs is in v0
     return node.request(WRITE_SHARE_GROUP_STATE, v, group_id=group, topics=(
@@ -247,8 +256,10 @@ def _cluster_refused(part: Any) -> bool:
 @pytest.mark.requirement("KIP-932.ACL.004")
 def test_share_state_rpcs_need_cluster_action(target, unique):
     """KIP-932.ACL.004: A share-partition t-0 of g has persisted state (a member fetched it). As a user
-    without CLUSTER_ACTION, ReadShareGroupState and WriteShareGroupState (start offset 2)
-    answer CLUSTER_AUTHORIZATION_FAILED and the state the super user reads is unchanged;
+    without CLUSTER_ACTION, ReadShareGroupState, WriteShareGroupState (start offset 2) and
+    ReadShareGroupStateSummary (the RPC the KIP's ACL table misnames
+    "ReadShareGroupStateOffsets", DIV-93223) answer CLUSTER_AUTHORIZATION_FAILED and the
+    state the super user reads is unchanged;
     with CLUSTER_ACTION granted on the cluster the user's read is processed (NONE, the same
     start offset)."""
     require_authorizer(target)
@@ -268,6 +279,9 @@ def test_share_state_rpcs_need_cluster_action(target, unique):
         assert int(refused_read.error_code) == E.cluster_authorization_failed, refused_read
         refused_write = _write_state(user_coord, s.su, s.group, s.tid, int(before.state_epoch))
         assert int(refused_write.error_code) == E.cluster_authorization_failed, refused_write
+        if target.capabilities().supports_api(READ_SHARE_GROUP_STATE_SUMMARY):
+            refused_summary = _read_summary(user_coord, s.su, s.group, s.tid)
+            assert int(refused_summary.error_code) == E.cluster_authorization_failed, refused_summary
         after = _read_state(su_coord, s.su, s.group, s.tid)
         assert int(after.start_offset) == int(before.start_offset) and after.state_batches == before.state_batches, (
             f"a refused WriteShareGroupState changed the state: {before} -> {after}")

@@ -12,7 +12,11 @@ import time
 import pytest
 
 from clients import wire
-from clients.share import ACCEPT, RELEASE, E, SharePartitionUnderTest, ShareSession, ack_codes, delivery_counts
+from clients.share import (
+    ACCEPT, ACKNOWLEDGED, ARCHIVED, RELEASE, E, SharePartitionUnderTest, ShareSession, ack_codes, delivery_counts,
+    eventually, persisted_states,
+)
+from reference_impl.protocol.api_keys import ApiKey
 
 RECORDS = 100
 DELIVERY_LIMIT = 5  # broker default group.share.delivery.count.limit
@@ -36,10 +40,15 @@ def reopened(s: ShareSession) -> ShareSession:
 
 @pytest.mark.requirement("KIP-932.STATE.011", "KIP-932.STATE.004", "KIP-932.DELIVERY.001", "KIP-932.ORDER.001")
 def test_every_record_is_accepted_or_archived(sp, record_property):
+    """Random ACCEPT / RELEASE / keep decisions and crashes over 100 records; every tenth
+    record is always released, so it reaches the delivery limit. Every record ends accepted
+    or released at the limit, none is delivered again after either, none beyond the limit,
+    and the share coordinator holds the accepted ones Acknowledged and the others Archived."""
     sp.open()
     members = [sp.primed_member(), sp.member(), sp.member()]
     base = sp.produce_batches(RECORDS // 10, 10)
     wanted = set(range(base, base + RECORDS))
+    poison = set(range(base + 7, base + RECORDS, 10))
     rng = random.Random(932)
     accepted: dict[int, int] = {}  # offset -> the member index that accepted it
     released_at_limit: set[int] = set()
@@ -60,10 +69,15 @@ def test_every_record_is_accepted_or_archived(sp, record_property):
         for o in got:
             assert o not in holders, f"offset {o} acquired by member {i} while member {holders[o]} holds it"
             assert o not in accepted, f"accepted offset {o} delivered again"
+            assert o not in released_at_limit and got[o] <= DELIVERY_LIMIT, f"offset {o} delivered after the limit"
         holders.update({o: i for o in got})
         acks = []
         for o, count in sorted(got.items()):
-            if rng.random() < 0.6:
+            if o in poison:  # always released at once, so it must reach the limit and be archived
+                acks.append((o, o, [RELEASE]))
+                if count >= DELIVERY_LIMIT:
+                    released_at_limit.add(o)
+            elif rng.random() < 0.6:
                 acks.append((o, o, [ACCEPT]))
                 accepted[o] = i
             elif rng.random() < 0.8:
@@ -81,5 +95,20 @@ def test_every_record_is_accepted_or_archived(sp, record_property):
     record_property("outcome", {"deliveries": deliveries, "accepted": len(accepted), "archived_at_limit": len(released_at_limit)})
     lost = sorted(wanted - set(accepted) - released_at_limit)
     assert not lost, f"records neither accepted nor archived: {lost}"
+    assert poison <= released_at_limit, f"poison records not released at the limit: {sorted(poison - released_at_limit)}"
     for s in members:
-        assert delivery_counts(s.fetch([sp.key()], max_wait_ms=200)) == {}
+        assert delivery_counts(s.fetch([sp.key()], max_wait_ms=200)) == {}, "a record released at the limit came back"
+    if sp.target.capabilities().supports_api(ApiKey.READ_SHARE_GROUP_STATE):
+        assert_settled_as(sp, accepted.keys(), released_at_limit)
+
+
+def assert_settled_as(sp: SharePartitionUnderTest, accepted, archived) -> None:
+    """The share coordinator's view (KIP-932.STATE.011): accepted offsets Acknowledged,
+    offsets released at the limit Archived, or either below the stored start offset."""
+    def check() -> None:
+        start, batches = sp.state()
+        states = persisted_states(batches)
+        wrong = {o: states.get(o) for o in archived if o >= start and states.get(o, (None,))[0] != ARCHIVED}
+        wrong |= {o: states.get(o) for o in accepted if o >= start and states.get(o, (None,))[0] != ACKNOWLEDGED}
+        assert not wrong, f"persisted (state, count) of offsets settled otherwise: {wrong}"
+    eventually(check, timeout_s=10)

@@ -18,10 +18,11 @@ import pytest
 from conformance import target_limits
 from clients import wire
 from clients.share import (
-    ACCEPT, RENEW, E, SharePartitionUnderTest, ack_codes, acquired, delivery_counts, require_share_version,
-    set_group_configs_if_known,
+    ACCEPT, ARCHIVED, AVAILABLE, RENEW, E, SharePartitionUnderTest, ack_codes, acquired, delivery_counts,
+    eventually, persisted_states, require_share_version, set_group_configs_if_known,
 )
 from targets.target import NotSupportedByTarget
+from reference_impl.protocol.api_keys import ApiKey
 
 WANTED_LOCK_MS = 1000
 
@@ -101,6 +102,46 @@ def test_lock_expiries_up_to_the_delivery_limit_archive(sp, lock_ms, record_prop
             assert a.fetch_until([sp.key()], 1, wait_s=5) == {nxt: 1}, "the archived record came back or blocked the next"
             break
     assert seen == list(range(1, limit + 1))
+
+
+@pytest.mark.requirement("KIP-932.LOCK.004")
+def test_lock_expiries_are_written_to_the_share_coordinator(sp, lock_ms, record_property):
+    """KIP-932.LOCK.004: a lock expiry is written like a release (Kafka: SharePartition's lock timeout
+    task writes the new state): delivery limit 2, one record never acknowledged. After the
+    first expiry the share coordinator holds it Available with count 1; after the second it
+    is Archived (or below the stored start offset). Nothing else writes in between: no
+    acknowledgement is ever sent."""
+    require_state_reads(sp)
+    sp.open(short_lock(lock_ms))
+    set_group_configs_if_known(sp.cc, sp.group, {"share.delivery.count.limit": "2"})  # Kafka 4.3+
+    a = sp.primed_member()
+    base = sp.produce([b"poison"])
+    assert a.fetch_until([sp.key()], 1) == {base: 1}
+
+    def persisted() -> tuple[int, tuple[int, int] | None]:
+        start, batches = sp.state()
+        return start, persisted_states(batches).get(base)
+
+    def expired_once() -> None:
+        start, state = persisted()
+        assert start <= base and state == (AVAILABLE, 1), f"after one expiry: start {start}, {base} -> {state}"
+
+    time.sleep(lock_ms / 1000)
+    eventually(expired_once, timeout_s=lock_ms / 1000 + 10)
+    assert a.fetch_until([sp.key()], 1, wait_s=5) == {base: 2}
+    time.sleep(lock_ms / 1000)
+
+    def archived() -> None:
+        start, state = persisted()
+        assert start > base or state == (ARCHIVED, 2), f"after the last expiry: start {start}, {base} -> {state}"
+
+    eventually(archived, timeout_s=lock_ms / 1000 + 10)
+    record_property("persisted_after_archive", persisted())
+
+
+def require_state_reads(sp: SharePartitionUnderTest) -> None:
+    if not sp.target.capabilities().supports_api(ApiKey.READ_SHARE_GROUP_STATE):
+        raise NotSupportedByTarget("ReadShareGroupState is not advertised: persisted state is not observable")
 
 
 @pytest.mark.requirement("KIP-932.LOCK.003", "KIP-932.SPSO.008")

@@ -36,6 +36,9 @@ MAX_EPOCH = 2**31 - 1
 DEFAULT_MAX_SHARE_SESSIONS = 2000
 SESSIONS_OPTION = "broker.group.share.max.share.sessions"
 RELEASE_ON_DISCONNECT_S = 5.0  # the default lock is 30 s; a disconnect must release well before
+# Sessions other tests may hold on the same broker while the cap test fills it (4 workers,
+# a few sessions each): the cap test's lower bound allows that many fewer.
+OTHER_SESSIONS_SLACK = 64
 
 
 # -- setup shared by the KIP-932 modules ----------------------------------------------------------
@@ -432,8 +435,9 @@ def session_cap(target: Target) -> int:
 @pytest.mark.slow
 @pytest.mark.requirement("KIP-932.SESSION.015")
 def test_session_cap_refuses_new_sessions_and_keeps_existing_ones(target, unique, request):
-    """Up to the cap sessions open (fewer if other tests left sessions on this broker); the
-    next one is refused; existing sessions keep working; closing one makes room."""
+    """Up to the cap sessions open (at most OTHER_SESSIONS_SLACK fewer, held by other tests
+    on this broker); the next one is refused; existing sessions keep working; closing one
+    makes room. The lower bound fails a broker that refuses well below its cap."""
     cap = session_cap(target)
     with share_setup(target, unique, join=False) as s:
         node = s.leader()
@@ -450,7 +454,8 @@ def test_session_cap_refuses_new_sessions_and_keeps_existing_ones(target, unique
             record(request, "sessions_opened_before_refusal", len(opened))
             assert refusal is not None, f"{len(opened)} sessions opened on one broker; the cap is {cap}"
             assert refusal == E.share_session_limit_reached, refusal
-            assert 0 < len(opened) <= cap
+            assert max(1, cap - OTHER_SESSIONS_SLACK) <= len(opened) <= cap, \
+                f"refused after {len(opened)} sessions; the cap is {cap}"
             assert share_fetch(node, s.group, opened[0], 1, []).error_code == E.none
             assert share_fetch(node, s.group, opened[-1], -1).error_code == E.none
             newcomer = share.new_member_id()

@@ -20,10 +20,12 @@ from confluent_kafka import IllegalStateException, Producer
 from confluent_kafka import ShareConsumer as ConfluentShareConsumer
 
 from clients import confluent, share, wire
+from conformance import target_limits
 from conformance.suites.kip932.test_membership import coordinator, describe
 from conformance.suites.kip932.test_sessions import require_share_groups
 
 DEADLINE_S = 60.0
+SHORT_LOCK_MS = 1000
 
 
 def produce(target: Any, topic: str, per_partition: dict[int, int]) -> None:
@@ -44,11 +46,9 @@ def earliest_group(target: Any, cc, group: str) -> None:
 
 @pytest.mark.requirement("KIP-932.CLIENT.001")
 def test_share_consumer_only_subscribes_and_an_empty_subscription_leaves(target, unique):
-    """The share consumer has no assign(); subscribed, it is a member with an assignment
-    and gets records; subscribe([]) takes it out of the group's assignment (it is gone
+    """Subscribed, a share consumer is a member with an assignment and gets records; subscribe([]) takes it out of the group's assignment (it is gone
     from ShareGroupDescribe or described with nothing assigned)."""
     require_share_groups(target)
-    assert not hasattr(ConfluentShareConsumer, "assign")
     topic, group = unique.topic(), unique.group()
     confluent.create_topic(target, topic, 1)
     with wire.cluster_client(target) as cc:
@@ -125,6 +125,43 @@ def test_commit_sync_answers_per_partition_and_the_callback_gets_the_offsets(tar
         assert seen == acked, (seen, acked)
         assert errors and all(e is None for e in errors), errors
         assert threads and set(threads) == {threading.get_ident()}, threads
+    finally:
+        c.set_acknowledgement_commit_callback(None)
+        c.close()
+
+
+@pytest.mark.requirement("KIP-932.CLIENT.006", "KIP-932.LOCK.002")
+def test_commit_sync_reports_the_error_of_a_failed_acknowledgement(target, unique):
+    """KIP-932.CLIENT.006 on failure: explicit mode, the group's lock shortened; the
+    consumer holds two records past their lock (LOCK.002: acknowledging them now is
+    INVALID_RECORD_STATE), then acknowledges them and commits: commit_sync answers the
+    partition with an exception, not success, and the callback (if it fires) carries an
+    error too."""
+    require_share_groups(target)
+    lock_ms = target_limits.lock_ms(target, SHORT_LOCK_MS)
+    topic, group = unique.topic(), unique.group()
+    confluent.create_topic(target, topic, 1)
+    with wire.cluster_client(target) as cc:
+        share.set_group_configs_if_known(cc, group, {"share.auto.offset.reset": "earliest",
+                                                     "share.record.lock.duration.ms": str(lock_ms)})
+    produce(target, topic, {0: 2})
+    c = share_consumer(target, group, **{"share.acknowledgement.mode": "explicit"})
+    errors: list[Any] = []
+    try:
+        c.set_acknowledgement_commit_callback(lambda offsets, exc: errors.append(exc))
+        c.subscribe([topic])
+        got = []
+        deadline = time.monotonic() + DEADLINE_S
+        while len(got) < 2 and time.monotonic() < deadline:
+            got += [m for m in c.poll(0.5) if m.error() is None]
+        assert sorted(m.offset() for m in got) == [0, 1], got
+        time.sleep(lock_ms / 1000 + 1.0)  # the locks expire; nothing fetches while records are unacknowledged
+        for m in got:
+            c.acknowledge(m)
+        results = {(tp.topic, tp.partition): exc for tp, exc in c.commit_sync(30).items()}
+        assert set(results) == {(topic, 0)}, results
+        assert results[(topic, 0)] is not None, "acknowledgements after the lock expired were reported as committed"
+        assert all(e is not None for e in errors), errors
     finally:
         c.set_acknowledgement_commit_callback(None)
         c.close()

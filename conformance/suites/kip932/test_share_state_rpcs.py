@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ from clients.share import (
     nested, persisted_states,
 )
 from conformance.suites.kip932.test_membership import Member, beat_until, coordinator
+from conformance.suites.kip932.test_sessions import record_side
 from conformance.suites.kip932.test_share_surface import KIP_ERROR_CODES
 from targets.target import NotSupportedByTarget
 from reference_impl.client.raw_client import ClusterClient
@@ -32,6 +34,10 @@ from reference_impl.protocol.api_keys import ApiKey
 
 INIT, READ, WRITE, SUMMARY = (ApiKey.INITIALIZE_SHARE_GROUP_STATE, ApiKey.READ_SHARE_GROUP_STATE,
                               ApiKey.WRITE_SHARE_GROUP_STATE, ApiKey.READ_SHARE_GROUP_STATE_SUMMARY)
+DELETE = ApiKey.DELETE_SHARE_GROUP_STATE
+# A write to a share-partition behind the KIP's deletion marker: its epoch "did not match",
+# or the partition is gone. Kafka answers as for state never initialised (DIV-93228).
+KIP_REFUSALS_AFTER_DELETE = (E.fenced_state_epoch, E.unknown_topic_or_partition)
 WAIT_S = 20.0
 # A read of a share-partition without state: the KIP's answers, and Kafka's (DIV-93203).
 UNINITIALISED = (E.unknown_topic_or_partition, E.group_id_not_found, E.invalid_request)
@@ -298,3 +304,67 @@ def test_state_is_deleted_with_its_topic(sp, target):
     base = sp.produce([b"n%d" % i for i in range(3)])
     b = sp.member()
     assert b.fetch_until([sp.key()], 3, wait_s=30) == {o: 1 for o in range(base, base + 3)}
+
+
+@pytest.mark.requirement("KIP-932.PERSIST.011")
+def test_an_overlapping_write_combines_with_the_stored_batches(sp, request):
+    """KIP-932.PERSIST.011: a write is a partial update of the stored state; how a batch that overlaps a stored
+    one combines is not in the KIP (DIV-93224). Stored first: 100..104 Acknowledged count 2.
+    Then a write of 102..103 Available count 1. "Newest wins" reads back 100..101 and 104
+    Acknowledged and 102..103 Available; Kafka's PersisterStateBatchCombiner keeps, per
+    offset, the batch with the higher (delivery count, state), so 100..104 stay
+    Acknowledged. Either way an offset outside the new batch keeps its stored state."""
+    require_state_rpcs(sp.target, READ, WRITE)
+    state, _, s_epoch, l_epoch = _stored_state(sp)
+    first = write(sp.cc, sp.group, sp.tid, _State(state.start_offset, [_Batch(100, 104, ACKNOWLEDGED, 2)]),
+                  state_epoch=s_epoch, leader=l_epoch)
+    assert first.error_code == E.none, first
+    second = write(sp.cc, sp.group, sp.tid, _State(state.start_offset, [_Batch(102, 103, AVAILABLE, 1)]),
+                   state_epoch=s_epoch, leader=l_epoch)
+    assert second.error_code == E.none, second
+    got = {o: sc for o, sc in persisted_states(as_tuple(read(sp.cc, sp.group, sp.tid))[2]).items() if o >= 100}
+    newest = {100: (ACKNOWLEDGED, 2), 101: (ACKNOWLEDGED, 2), 102: (AVAILABLE, 1), 103: (AVAILABLE, 1),
+              104: (ACKNOWLEDGED, 2)}
+    highest = {o: (ACKNOWLEDGED, 2) for o in range(100, 105)}
+    assert got in (newest, highest), f"offsets 100..104 read back as {got}"
+    record_side(request, "overlapping_write", "kafka" if got == highest else "kip")
+
+
+@dataclass
+class _Batch:
+    first_offset: int
+    last_offset: int
+    delivery_state: int
+    delivery_count: int
+
+
+@dataclass
+class _State:
+    """What `write` repeats: a start offset and state batches."""
+
+    start_offset: int
+    state_batches: list[_Batch]
+
+
+@pytest.mark.requirement("KIP-932.PERSIST.008")
+def test_a_write_after_delete_does_not_bring_the_state_back(sp, request):
+    """KIP-932.PERSIST.008: DeleteShareGroupState leaves a deletion marker (KIP: a snapshot
+    with snapshot epoch -1; Kafka: a tombstone, DIV-93228). A late write from the old
+    share-partition leader, with the state and leader epochs it had, must not bring the
+    deleted state back: it is refused (FENCED_STATE_EPOCH or UNKNOWN_TOPIC_OR_PARTITION by
+    the KIP's error list, INVALID_REQUEST in Kafka), and a read still answers as for a
+    share-partition never initialised (DIV-93203). The refusal's side is recorded."""
+    require_state_rpcs(sp.target, READ, WRITE, DELETE)
+    state, _, s_epoch, l_epoch = _stored_state(sp)
+    deleted = state_rpc(sp.cc, DELETE, sp.group, sp.tid, 0, "DeleteStateData", "PartitionData")
+    assert deleted.error_code == E.none, deleted
+    eventually(lambda: _uninitialised(read(sp.cc, sp.group, sp.tid)))
+    late = write(sp.cc, sp.group, sp.tid, state, state_epoch=s_epoch, leader=l_epoch)
+    assert late.error_code in KIP_REFUSALS_AFTER_DELETE + (E.invalid_request,), late
+    record_side(request, "write_after_delete", "kafka" if late.error_code == E.invalid_request else "kip")
+    _uninitialised(read(sp.cc, sp.group, sp.tid))
+
+
+def _uninitialised(state: Any) -> Any:
+    assert state.error_code in UNINITIALISED, state
+    return state

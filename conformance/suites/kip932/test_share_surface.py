@@ -11,16 +11,20 @@ in the KIP's range. Kafka: ShareGroupConfig, ShareCoordinatorConfig, ShareVersio
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
 from clients import confluent, wire
 from clients.share import (
-    ACCEPT, E, SharePartitionUnderTest, ack_codes, alter_group_configs, new_member_id, share_fetch,
+    ACCEPT, E, SharePartitionUnderTest, ack_codes, alter_group_configs, join_share_group, new_member_id, share_fetch,
 )
-from conformance.suites.kip932.test_sessions import require_share_groups
+from conformance.suites.kip932.test_sessions import record_side, require_share_groups
+from targets.reference_target import reference_target_config
 from targets.target import NotSupportedByTarget
+from reference_impl.client.raw_client import ClusterClient
+from reference_impl.server.broker_server import ThreadedReferenceCluster
 from reference_impl.protocol.api_keys import ApiKey
 
 SHARE_RPCS = (ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_DESCRIBE, ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE)
@@ -79,7 +83,8 @@ def test_share_rpcs_are_advertised_together_with_the_share_feature(target, recor
     """The four share RPCs are advertised all together or not at all; where advertised, the
     offsets admin RPCs and the five share-state RPCs are too, each from v0 or v1 up (4.1
     dropped v0). Where the target reports finalized features, the RPCs are advertised
-    exactly when share.version >= 1 is finalized (the feature that switches them on)."""
+    exactly when share.version >= 1 is finalized (the feature that switches them on).
+    KIP-932.ENABLE.002: whether the RPCs start at the KIP's v0 or Kafka 4.1's v1 is recorded."""
     caps = target.capabilities()
     advertised = [k for k in SHARE_RPCS if caps.supports_api(k)]
     record_property("share_rpcs", {ApiKey(k).name: caps.api_versions.get(k) for k in SHARE_RPCS + ADMIN_RPCS + STATE_RPCS})
@@ -88,10 +93,13 @@ def test_share_rpcs_are_advertised_together_with_the_share_feature(target, recor
     if caps.finalized_features:
         assert bool(advertised) == (caps.feature("share.version") >= 1), (advertised, caps.finalized_features)
     if not advertised:
-        return
+        raise NotSupportedByTarget("the target advertises none of the share RPCs: it has no share groups")
     for key in SHARE_RPCS:
         lo, hi = caps.api_versions[key]
         assert lo <= 1 <= hi, (ApiKey(key).name, lo, hi)
+    # The KIP defines the RPCs at v0; Kafka 4.1 removed 4.0's early-access v0 (DIV-93227).
+    lowest = {caps.api_versions[key][0] for key in SHARE_RPCS}
+    record_property("follows:share_rpcs_from_v0", "kip" if lowest == {0} else "kafka" if lowest == {1} else "mixed")
     if "share.version" in caps.supported_features or caps.finalized_features:  # a broker, not a mock
         for key in ADMIN_RPCS + STATE_RPCS:
             assert caps.supports_api(key), f"{ApiKey(key).name} is not advertised next to the share RPCs"
@@ -115,7 +123,7 @@ def test_the_kips_error_codes_have_their_numbers_on_the_wire(target, unique):
         assert ack_codes(a.ack({sp.key(): [(base + 1, base + 1, [ACCEPT])]})) == {0: 0}
         twice = ack_codes(a.ack({sp.key(): [(base + 1, base + 1, [ACCEPT])]}))
         assert twice == {0: KIP_ERROR_CODES["INVALID_RECORD_STATE"]}, twice
-        assert E.fenced_state_epoch == KIP_ERROR_CODES["FENCED_STATE_EPOCH"]  # on the wire: test_share_state_rpcs
+        # FENCED_STATE_EPOCH (124) on the wire: test_share_state_rpcs.py
 
 
 @pytest.mark.requirement("KIP-932.CONFIG.003")
@@ -141,6 +149,57 @@ def test_lock_duration_bounds_are_described_and_enforced(target, unique, record_
         for value, refused in ((lo - 1, True), (hi + 1, True), (lo, False), (hi, False)):
             code, message = alter_group_configs(cc, group, {"share.record.lock.duration.ms": str(value)})
             assert code == (E.invalid_config if refused else E.none), (value, code, message)
+
+
+# KIP-932.CONFIG.002's conflict: the KIP caps group.share.record.lock.duration.ms at 60000,
+# its own group.share.max.record.lock.duration.ms allows up to 3600000 (DIV-93226).
+KIP_LOCK_CAP_MS, RAISED_LOCK_MS, RAISED_MAX_LOCK_MS = 60_000, 90_000, 120_000
+KAFKA_RAISED_LOCK_SPEC = (f"kafka-native:broker.group.share.record.lock.duration.ms={RAISED_LOCK_MS}"
+                          f":broker.group.share.max.record.lock.duration.ms={RAISED_MAX_LOCK_MS}")
+
+
+def raised_lock_cluster(target: Any) -> tuple[ThreadedReferenceCluster | None, int]:
+    """A broker whose default lock is above the KIP's 60000 cap: for the reference, a
+    private in-process one (a broker setting cannot change at run time); for Kafka, the
+    target itself when it was started with one. (cluster to start or None, lock ms)."""
+    if target.kind == "reference":
+        config = reference_target_config()
+        config.share_partition = dataclasses.replace(config.share_partition, record_lock_duration_ms=RAISED_LOCK_MS,
+                                                     max_record_lock_duration_ms=RAISED_MAX_LOCK_MS)
+        return ThreadedReferenceCluster(brokers=1, config=config), RAISED_LOCK_MS
+    configured = target.spec.option("broker.group.share.record.lock.duration.ms")
+    if configured is None or int(configured) <= KIP_LOCK_CAP_MS:
+        raise NotSupportedByTarget("needs a broker started with group.share.record.lock.duration.ms above 60000; "
+                                   f"run with --target {KAFKA_RAISED_LOCK_SPEC}")
+    return None, int(configured)
+
+
+@pytest.mark.requirement("KIP-932.CONFIG.002")
+def test_a_default_lock_above_the_kips_cap_is_used(target, unique, request):
+    """KIP-932.CONFIG.002: a broker started with group.share.record.lock.duration.ms=90000
+    (max 120000) either runs with it (Kafka: the value only has to lie between the min and
+    max settings) or holds to the KIP's 60000 cap; ShareFetch's AcquisitionLockTimeoutMs
+    shows which, and is one of the two."""
+    require_share_groups(target)
+    cluster, configured = raised_lock_cluster(target)
+    if cluster is not None:
+        cluster.start()
+    try:
+        # The private reference cluster is plaintext; a Kafka target brings its own security.
+        with (ClusterClient(cluster.bootstrap_servers) if cluster is not None else target.cluster_client()) as cc:
+            topic, group = unique.topic(), unique.group()
+            assert wire.create_topic(cc, topic, 1) == E.none
+            tid = wire.topic_ids(cc, topic).topic_id
+            member, _ = join_share_group(cc, group, [topic])
+            resp = share_fetch(cc.leader_for(topic, 0), group, member, 0, [(tid, 0)])
+            assert resp.error_code == E.none, resp
+            lock = int(resp.acquisition_lock_timeout.total_seconds() * 1000)
+            assert lock in (configured, KIP_LOCK_CAP_MS), f"lock {lock} ms; configured {configured} ms"
+            record_side(request, "lock_above_60000", "kafka" if lock == configured else "kip")
+            share_fetch(cc.leader_for(topic, 0), group, member, -1)
+    finally:
+        if cluster is not None:
+            cluster.stop()
 
 
 @pytest.mark.requirement("KIP-932.CONFIG.008", "KIP-932.CONFIG.009", "KIP-932.SCOORD.001")

@@ -228,3 +228,25 @@ def test_acquired_records_below_a_new_log_start_can_be_acknowledged(sp, target):
     assert a.fetch_until([sp.key()], 1) == {nxt: 1}
     if target.capabilities().supports_api(ApiKey.READ_SHARE_GROUP_STATE):
         assert effective_spso(*sp.state()) >= 10
+
+
+@pytest.mark.requirement("KIP-932.SPSO.006")
+def test_released_records_overtaken_by_a_new_log_start_are_not_redelivered(sp, target):
+    """KIP-932.SPSO.006, the RELEASE case: acquire 0..9, DeleteRecords up to 5, RELEASE 0..9:
+    no error; 5..9 come back (count 2)
+    and 0..4 never do, although they were released rather than accepted (KIP "Log
+    retention": records below the log start offset are Archived, whatever their state)."""
+    require_delete_records(sp)
+    sp.open()
+    a = sp.primed_member()
+    base = sp.produce([b"v%d" % i for i in range(10)])
+    assert a.fetch_until([sp.key()], 10) == {o: 1 for o in range(base, base + 10)}
+    delete_records_before(sp, base + 5)
+    assert ack_codes(a.ack({sp.key(): [(base, base + 9, [RELEASE])]})) == {0: 0}
+    got = a.fetch_until([sp.key()], 5)
+    assert got == {o: 2 for o in range(base + 5, base + 10)}, f"overtaken records 0..4 were redelivered: {got}"
+    assert ack_codes(a.ack({sp.key(): [(base + 5, base + 9, [ACCEPT])]})) == {0: 0}
+    nxt = sp.produce([b"next"])
+    assert a.fetch_until([sp.key()], 1) == {nxt: 1}
+    if target.capabilities().supports_api(ApiKey.READ_SHARE_GROUP_STATE):
+        assert effective_spso(*sp.state()) >= base + 10

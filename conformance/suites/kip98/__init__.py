@@ -135,10 +135,12 @@ def fetch_all(cc: ClusterClient, leader: RawClient, topic: str, partition: int =
     }
 
 
-def create_ready_topic(target: Any, cc: ClusterClient, topic: str, partitions: int = 1, timeout_s: float = 20.0) -> None:
-    """Create the topic and wait until every partition's leader answers ListOffsets (a
-    freshly created partition may still refuse requests with NOT_LEADER_OR_FOLLOWER)."""
-    confluent.create_topic(target, topic, partitions=partitions)
+def create_ready_topic(target: Any, cc: ClusterClient, topic: str, partitions: int = 1, timeout_s: float = 20.0,
+                       replication: int = -1) -> None:
+    """Create the topic (`replication` -1: the broker's default) and
+    wait until every partition's leader answers ListOffsets (a freshly created partition may
+    still refuse requests with NOT_LEADER_OR_FOLLOWER)."""
+    confluent.create_topic(target, topic, partitions=partitions, replication=replication)
     deadline = time.monotonic() + timeout_s
     for p in range(partitions):
         while True:

@@ -32,7 +32,9 @@ from clients.txn import (
 )
 from clients.wire import produce
 from conformance.suites import require_api
-from conformance.suites.kip98 import create_ready_topic, idem_batch, log_end, require_transactions, values
+from conformance.suites.kip98 import (
+    create_ready_topic, idem_batch, log_end, plain_batch, require_transactions, values,
+)
 from conformance.suites.kip98.test_txn_admin import describe
 from conformance.suites.kip98.test_write_txn_markers import WRITE_TXN_MARKERS, write_markers
 from reference_impl.client.raw_client import RawClient
@@ -179,24 +181,31 @@ def test_transactional_produce_needs_write_on_the_transactional_id(scene):
 
 @pytest.mark.requirement("KIP-98.AUTH.003")
 def test_write_txn_markers_needs_cluster_action(target, unique):
-    """KIP-98.AUTH.003: WriteTxnMarkers is the coordinator's RPC. A user without CLUSTER_ACTION sending a
-    COMMIT marker for an idempotent producer to t-0's leader gets CLUSTER_AUTHORIZATION_FAILED
-    for t-0 and the log end does not move; with CLUSTER_ACTION granted on the cluster the
-    same marker answers NONE and is appended (log end + 1)."""
+    """KIP-98.AUTH.003: WriteTxnMarkers is the coordinator's RPC. A user holding WRITE on t (in
+    effect: its plain Produce to t-0 is appended) but not CLUSTER_ACTION, sending a COMMIT
+    marker for an idempotent producer to t-0's leader, gets CLUSTER_AUTHORIZATION_FAILED for
+    t-0 and the log end does not move: WRITE on every topic named is not enough, or any
+    producer could end other producers' transactions. With CLUSTER_ACTION granted on the
+    cluster the same marker answers NONE and is appended (log end + 1)."""
     s = _scene(target, unique, KIP98_CLUSTER_USER)
     try:
         require_api(target.capabilities(), WRITE_TXN_MARKERS, what="WriteTxnMarkers")
         _, idem = init_producer_id_settled(s.su, None)
         marker = [(int(idem.producer_id), int(idem.producer_epoch), True, 7, {s.topic: [0]})]
         su_leader = s.su.leader_for(s.topic, 0)
+        s.grant((Res.TOPIC, s.topic, Op.WRITE))
+        written = until_allowed(lambda: produce(s.leader(), s.topic, 0, plain_batch(["w"])),
+                                lambda part: int(part.error_code) == E.topic_authorization_failed)
+        assert int(written.error_code) == E.none, f"WRITE on {s.topic} never took effect: {written}"
         end = log_end(su_leader, s.topic)
         refused = write_markers(s.leader(), marker)
-        assert refused == {int(idem.producer_id): {(s.topic, 0): E.cluster_authorization_failed}}, refused
-        assert log_end(su_leader, s.topic) == end, "a refused WriteTxnMarkers appended a marker"
+        assert refused == {int(idem.producer_id): {(s.topic, 0): E.cluster_authorization_failed}}, (
+            f"KIP-98.AUTH.003: WriteTxnMarkers from a user with WRITE on the topic but no CLUSTER_ACTION: {refused}")
+        assert log_end(su_leader, s.topic) == end, "KIP-98.AUTH.003: a refused WriteTxnMarkers appended a marker"
         s.grant((CLUSTER[0], CLUSTER[1], Op.CLUSTER_ACTION))
-        written = until_allowed(lambda: write_markers(s.leader(), marker),
-                                lambda got: E.cluster_authorization_failed in got[int(idem.producer_id)].values())
-        assert written == {int(idem.producer_id): {(s.topic, 0): E.none}}, written
+        accepted = until_allowed(lambda: write_markers(s.leader(), marker),
+                                 lambda got: E.cluster_authorization_failed in got[int(idem.producer_id)].values())
+        assert accepted == {int(idem.producer_id): {(s.topic, 0): E.none}}, accepted
         assert log_end(su_leader, s.topic) == end + 1
     finally:
         s.close()

@@ -7,9 +7,13 @@
   visible (TXN.001), and the rebuilt coordinator finishes them from the transaction log
   (COORD.004, TIMEOUT.001).
 * A read_committed fetch that starts inside an aborted multi-batch transaction, after the
-  crash of the partition's leader: from a seek to its middle, and with a fetch size smaller
-  than one batch. The answer must list the aborted transaction (FETCH.002) so the reader
-  drops every aborted record, and keep the committed ones around it (TXN.003).
+  crash of the partition's leader (the aborted-transaction index rebuilt from the log): the
+  same reads and oracle as test_visibility's test without a crash.
+* A transaction decided (EndTxn answered, Prepare* written) while the only replica of its
+  partition is down, then its coordinator crashes: the next coordinator finishes it from the
+  transaction log once the replica is back (COORD.004). Three brokers; no reference knob: the
+  marker is held by the dead replica, on any target that can kill and restart a node (Kafka
+  drops that marker instead: DEV-653).
 
 On the reference a node kill is a crash (the coordinator's cache is lost and replayed from
 the transaction log); on kafka-native it is a SIGKILL of the broker. Targets that cannot
@@ -22,15 +26,21 @@ import time
 from typing import Any
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from clients import wire
 from clients.errors import TXN_SETTLING
-from clients.txn import add_partitions_ok, end_txn, end_txn_ok, init_ok, produce_txn_ok
+from clients.txn import add_partitions_ok, end_txn, init_ok, produce_txn_ok
+from conformance.suites import require_api, require_nodes
 from conformance.suites.kip98 import (
-    READ_COMMITTED, create_ready_topic, idem_batch, plain_batch, require_transactions, values, wait_stable,
+    create_ready_topic, idem_batch, plain_batch, require_transactions, values, wait_stable,
 )
 from conformance.suites.kip98.test_coordinator_failover import _coordinator_node
-from conformance.suites.kip98.test_fencing import NONE, batch_summary, committed_values
+from conformance.suites.kip98.test_fencing import DESCRIBE_TRANSACTIONS, NONE, committed_values
+from conformance.suites.kip98.test_txn_admin import describe
+from conformance.suites.kip98.test_visibility import (
+    ABORTED_INSIDE_END, assert_aborted_inside_dropped, read_from_inside, write_aborted_inside,
+)
 
 SHORT_TIMEOUT_MS = 20_000  # aborted by the coordinator (the rebuilt one, if the crash came first)
 LONG_TIMEOUT_MS = 300_000  # outlives a loaded broker restart (see test_coordinator_failover)
@@ -142,74 +152,132 @@ def test_open_multi_partition_transactions_resolve_atomically_after_coordinator_
 # ---------------------------------------------------------------- read_committed from inside
 
 
-def read_committed_from(cc, topic: str, partition: int, start: int, max_bytes: int) -> dict[str, Any]:
-    """A read_committed reader seeked to `start` (the Java consumer's algorithm): data below
-    the LSO minus the batches of the aborted transactions the answers list, whatever their
-    first offset (a seek can land inside one)."""
-    leader = cc.leader_for(topic, partition)
-    kept: list[str] = []
-    listed: set[tuple[int, int]] = set()  # not yet ended by their ABORT marker
-    reported: set[tuple[int, int]] = set()  # every (first offset, producer id) an answer listed
-    aborting: set[int] = set()
-    offset, answers = start, 0
-    for _ in range(200):
-        p = wire.fetch(cc, leader, topic, partition, offset, isolation_level=READ_COMMITTED, max_bytes=max_bytes)
-        assert int(p.error_code) == 0, f"Fetch {topic}-{partition}@{offset}: error {int(p.error_code)}"
-        answers += 1
-        answer = {(int(a.first_offset), int(a.producer_id)) for a in (p.aborted_transactions or ())}
-        listed |= answer - reported
-        reported |= answer
-        batches = [b for b in batch_summary(p.records) if b["last_offset"] >= offset]
-        if not batches:
-            break
-        for b in batches:
-            aborting |= {pid for first, pid in listed if first <= b["last_offset"]}
-            if b["control"]:
-                if b.get("marker") == "ABORT":
-                    aborting.discard(b["producer_id"])
-                    listed = {(f, pid) for f, pid in listed if pid != b["producer_id"] or f > b["last_offset"]}
-                continue
-            if not (b["transactional"] and b["producer_id"] in aborting):
-                kept += b["values"]
-        offset = batches[-1]["last_offset"] + 1
-    return {"values": kept, "listed": sorted(reported), "answers": answers}
-
-
 def aborted_inside_scenario(target, unique) -> dict[str, Any]:
-    topic, tid = unique.topic(), unique.transactional_id()
-    obs: dict[str, Any] = {}
+    """The visibility suite's aborted-inside log, read again after its leader's crash."""
     with wire.cluster_client(target) as cc:
-        create_ready_topic(target, cc, topic)
-        wire.produce(cc.leader_for(topic, 0), topic, 0, plain_batch(["c0", "c1"]))  # offsets 0, 1
-        coord, init, _ = init_ok(cc, tid)
-        pid, epoch = int(init.producer_id), int(init.producer_epoch)
-        add_partitions_ok(coord, tid, pid, epoch, topic, [0])
-        for b in range(4):  # offsets 2..9: four aborted batches of two records
-            produce_txn_ok(cc.leader_for(topic, 0), tid, topic, 0,
-                           idem_batch(values(f"aborted-b{b}-", 2), pid, epoch, 2 * b, True))
-        end_txn_ok(coord, tid, pid, epoch, False)  # abort marker at 10
-        wait_stable(cc.leader_for(topic, 0), topic, 0, at_least=11)
-        wire.produce(cc.leader_for(topic, 0), topic, 0, plain_batch(["c2", "c3"]))  # 11, 12
+        topic, pid = write_aborted_inside(target, cc, unique)
         leader = int(next(x.leader_id for x in wire.topic_ids(cc, topic).partitions if x.partition_index == 0))
     target.kill_node(leader)  # NotSupportedByTarget where the target cannot
     target.restart_node(leader)
-    stable_after_restart(target, topic, 0, at_least=13)
+    stable_after_restart(target, topic, 0, at_least=ABORTED_INSIDE_END)
     with wire.cluster_client(target) as cc:
-        for start in (0, 5):
-            for max_bytes in (1 << 20, 1):  # 1 byte: one batch per answer (KIP-74)
-                obs[(start, max_bytes)] = read_committed_from(cc, topic, 0, start, max_bytes)
-    obs["pid"] = pid
-    return obs
+        return read_from_inside(cc, topic, pid)
 
 
 @pytest.mark.deadline(900)
 @pytest.mark.requirement("KIP-98.FETCH.002", "KIP-98.TXN.003")
 def test_read_committed_from_inside_an_aborted_transaction_after_leader_crash(target, capabilities, unique):
+    """KIP-98.FETCH.002 / KIP-98.TXN.003 after the leader's crash: fetches starting inside the
+    aborted transaction list it and return none of its records."""
     require_transactions(capabilities)
-    obs = aborted_inside_scenario(target, unique)
-    want = {0: ["c0", "c1", "c2", "c3"], 5: ["c2", "c3"]}
-    for (start, max_bytes), got in ((k, v) for k, v in obs.items() if isinstance(k, tuple)):
-        assert got["values"] == want[start], f"KIP-98.TXN.003: seek to {start}, max_bytes {max_bytes}: {got}"
-        # KIP-98.FETCH.002: the aborted transaction overlapping the answer is listed.
-        assert any(pid == obs["pid"] and first <= max(start, 2) for first, pid in got["listed"]), \
-            f"seek to {start}, max_bytes {max_bytes}: the aborted transaction (pid {obs['pid']}) is not listed: {got}"
+    assert_aborted_inside_dropped(aborted_inside_scenario(target, unique))
+
+
+# ---------------------------------------------------------------- decided, then coordinator crash
+
+
+def _tid_coordinated_elsewhere(cc, unique, avoid: int) -> tuple[str, int]:
+    """A fresh transactional id whose coordinator is not node `avoid`, and its coordinator."""
+    for _ in range(64):
+        tid = unique.transactional_id()
+        node, _ = _coordinator_node(cc, tid, 30)
+        if node != avoid:
+            return tid, node
+    raise AssertionError(f"64 transactional ids all coordinated by node {avoid}")
+
+
+def _decide(target, tid: str, pid: int, epoch: int, committed: bool, wait_s: float = RESOLVE_WAIT_S) -> list:
+    """EndTxn while the only replica of the transaction's partition is down: the decision
+    (PrepareCommit/PrepareAbort) reaches the transaction log, the marker cannot be written.
+    Settling answers are retried (Kafka's log append waits until the dead node leaves the
+    __transaction_state ISR); CONCURRENT_TRANSACTIONS after one of them means an earlier try
+    was decided. Returns every answer."""
+    seen: list = []
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            with wire.cluster_client(target) as cc:
+                _, node = _coordinator_node(cc, tid, 30)
+                code: int | str = int(end_txn(node, tid, pid, epoch, committed)[1].error_code)
+        except (OSError, ConnectionError, EOFError) as exc:
+            code = f"io:{type(exc).__name__}"
+        seen.append(code)
+        if code == NONE or (code == ErrorCode.concurrent_transactions and len(seen) > 1):
+            return seen
+        if (isinstance(code, int) and code not in TXN_SETTLING) or time.monotonic() > deadline:
+            raise AssertionError(f"EndTxn(committed={committed}) with the partition's leader down answered {seen}")
+        time.sleep(0.2)
+
+
+def _described(target, tid: str, wait_s: float = RESOLVE_WAIT_S) -> dict[str, Any]:
+    """DescribeTransactions(tid) at its (possibly new, possibly loading) coordinator."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            with wire.cluster_client(target) as cc:
+                _, node = _coordinator_node(cc, tid, 30)
+                got = describe(node, tid)
+            if got["error"] not in TXN_SETTLING:
+                return got
+        except (OSError, ConnectionError, EOFError, LookupError):
+            got = {}
+        if time.monotonic() > deadline:
+            raise AssertionError(f"DescribeTransactions({tid}) kept settling: {got}")
+        time.sleep(0.5)
+
+
+def decided_then_coordinator_crash_scenario(target, unique, committed: bool) -> dict[str, Any]:
+    """t-0 has one replica, on node L; T's coordinator is another node C. With L down, EndTxn
+    decides T; C crashes before any marker could be written; L comes back. The coordinator
+    that takes T over must finish the decision from the transaction log."""
+    require_nodes(target, 3)  # L and C down together, a third node takes T over
+    require_api(target.capabilities(), DESCRIBE_TRANSACTIONS, what="DescribeTransactions")
+    topic, vals = unique.topic(), values("decided-", 3)
+    obs: dict[str, Any] = {}
+    with wire.cluster_client(target) as cc:
+        create_ready_topic(target, cc, topic, replication=1)
+        wire.produce(cc.leader_for(topic, 0), topic, 0, plain_batch(["before"]))
+        leader = int(next(x.leader_id for x in wire.topic_ids(cc, topic).partitions if x.partition_index == 0))
+        tid, coord_node = _tid_coordinated_elsewhere(cc, unique, leader)
+        coord, init, _ = init_ok(cc, tid, timeout_ms=LONG_TIMEOUT_MS)
+        pid, epoch = int(init.producer_id), int(init.producer_epoch)
+        add_partitions_ok(coord, tid, pid, epoch, topic, [0])
+        produce_txn_ok(cc.leader_for(topic, 0), tid, topic, 0, idem_batch(vals, pid, epoch, 0, True))
+    target.kill_node(leader)  # NotSupportedByTarget where the target cannot
+    obs["end_txn"] = _decide(target, tid, pid, epoch, committed)
+    obs["state_decided"] = _described(target, tid)["state"]
+    target.kill_node(coord_node)
+    target.restart_node(leader)
+    obs["stable"] = stable_after_restart(target, topic, 0, at_least=len(vals) + 2)
+    with wire.cluster_client(target) as cc:
+        obs["committed"] = committed_values(cc, topic, 0)
+    target.restart_node(coord_node)
+    obs["state_after"] = _described(target, tid)["state"]
+    with wire.cluster_client(target) as cc:
+        _, again, _ = init_ok(cc, tid)
+    obs["init_after"] = (int(again.error_code), (int(again.producer_id), int(again.producer_epoch)) != (pid, epoch))
+    obs["values"] = vals
+    return obs
+
+
+@pytest.mark.deadline(900)
+@pytest.mark.parametrize("outcome", ["commit", "abort"])
+@pytest.mark.requirement("KIP-98.COORD.004", "KIP-98.ENDTXN.002")
+def test_decided_transaction_completes_after_coordinator_crash(target, capabilities, unique, outcome):
+    """KIP-98.COORD.004: a transaction decided (PrepareCommit / PrepareAbort written, EndTxn
+    answered) whose markers could not be written when its coordinator crashed is finished by
+    the next coordinator from the transaction log: COMMIT makes all its records visible, ABORT
+    none, the LSO reaches the high watermark, and the id works again. KIP-98.ENDTXN.002: EndTxn
+    answered while the marker was still pending (the transaction showed Prepare*)."""
+    require_transactions(capabilities)
+    committed = outcome == "commit"
+    obs = decided_then_coordinator_crash_scenario(target, unique, committed)
+    prepared, complete = ("PrepareCommit", "CompleteCommit") if committed else ("PrepareAbort", "CompleteAbort")
+    hw, lso = obs["stable"]
+    assert hw == lso, f"KIP-98.COORD.004: the decided transaction still holds the LSO (hw {hw}, lso {lso}): {obs}"
+    want = ["before", *obs["values"]] if committed else ["before"]
+    assert obs["committed"] == want, f"KIP-98.COORD.004: {outcome} decided before the crash, read_committed: {obs}"
+    assert obs["state_after"] == complete, f"KIP-98.COORD.004: {obs}"
+    # KIP-98.ENDTXN.002, and the window was real: EndTxn answered on the decision, its marker pending.
+    assert obs["state_decided"] == prepared, f"KIP-98.ENDTXN.002: with the partition's only replica down: {obs}"
+    assert obs["init_after"] == (NONE, True), f"InitProducerId after the recovery: {obs}"

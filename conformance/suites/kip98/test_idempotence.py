@@ -10,6 +10,7 @@ import pytest
 from clients import confluent, wire
 from clients.txn import init_producer_id_settled
 from conformance.suites import require_api
+from conformance.suites.kip932.test_sessions import record_side
 from conformance.suites.kip98 import (
     INIT_PRODUCER_ID,
     create_ready_topic,
@@ -174,14 +175,24 @@ def old_duplicate_scenario(target, ids):
 
 
 @pytest.mark.requirement("KIP-98.IDEMP.004")
-def test_duplicate_outside_the_five_batch_window(differential):
-    """Kafka caches the last 5 batches per producer: a retry of the 5th newest is answered
-    with its offset, one older than that is OUT_OF_ORDER_SEQUENCE_NUMBER; neither appends."""
+def test_duplicate_outside_the_five_batch_window(differential, request):
+    """KIP-98.IDEMP.004, DIV-002: the KIP answers a retried batch DUPLICATE_SEQUENCE_NUMBER;
+    Kafka caches the producer's last 5 batches, answers a retry of one of them NONE with its
+    original offset and an older one OUT_OF_ORDER_SEQUENCE_NUMBER. A broker on Kafka's side
+    (NONE for the 5th newest) must bound its window there: DUPLICATE_SEQUENCE_NUMBER or NONE
+    for the 6th newest means it has no 5-batch window. Neither retry appends."""
     obs = differential.run(old_duplicate_scenario).target
     assert obs["sent"] == [[0, i] for i in range(6)]
-    assert obs["newest_5th"] in ([0, 1], [46, obs["newest_5th"][1]]), f"retry of the 5th newest batch: {obs['newest_5th']}"
-    assert obs["oldest_error"] in (45, 46), f"retry outside the window answered {obs['oldest_error']}"
     assert obs["leo"] == 6 and obs["values"] == [f"w{i}" for i in range(6)], "a duplicate was appended"
+    if obs["newest_5th"] == [0, 1]:
+        record_side(request, "duplicate-retry-answer", "kafka")
+        assert obs["oldest_error"] == 45, (
+            f"KIP-98.IDEMP.004 (DIV-002): NONE for the 5th newest batch, but a retry older than the last 5 "
+            f"answered {obs['oldest_error']}, want OUT_OF_ORDER_SEQUENCE_NUMBER (45): no 5-batch window")
+    else:
+        assert obs["newest_5th"][0] == 46, f"KIP-98.IDEMP.004: retry of the 5th newest batch: {obs['newest_5th']}"
+        record_side(request, "duplicate-retry-answer", "kip")
+        assert obs["oldest_error"] in (45, 46), f"KIP-98.IDEMP.004: retry of the 6th newest answered {obs['oldest_error']}"
 
 
 def plain_duplicate_scenario(target, ids):

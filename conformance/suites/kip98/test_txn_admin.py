@@ -129,7 +129,10 @@ def lifecycle_scenario(target, ids) -> dict[str, Any]:
     return obs
 
 
-@pytest.mark.requirement("KIP-98.ADDPART.001", "KIP-98.ENDTXN.001", "KIP-98.ENDTXN.002", "KIP-98.FENCE.001")
+# KIP-98.ENDTXN.002 (EndTxn answered before the markers) is not claimed here: markers land
+# within milliseconds, so no assertion of this test could fail on a broker that waits for
+# them. test_crash_durability's decided-transaction test holds a marker back and asserts it.
+@pytest.mark.requirement("KIP-98.ADDPART.001", "KIP-98.ENDTXN.001", "KIP-98.FENCE.001")
 def test_describe_and_list_transactions_follow_the_lifecycle(differential, capabilities):
     require_transactions(capabilities)
     require_api(capabilities, DESCRIBE_TRANSACTIONS, what="DescribeTransactions")

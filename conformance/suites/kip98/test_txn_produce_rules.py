@@ -1,9 +1,11 @@
 """KIP-98 rules for transactional Produce (protocol v1: AddPartitionsToTxn, Produce <= v11).
 
-* Data for a partition never added to the transaction must not become committed data:
-  Kafka 3.6+ (KIP-890 part 1, `transaction.partition.verification.enable`) refuses it
-  with INVALID_TXN_STATE (TRANSACTION_ABORTABLE to newer Produce versions); a broker that does not verify leaves it undecided (no marker
-  ever reaches that partition), so read_committed readers never see it.
+* Data for a partition never added to the transaction must not become committed data. The
+  KIP leaves open what the broker does with it; Kafka 3.6+ (KIP-890 part 1,
+  `transaction.partition.verification.enable`) refuses it with INVALID_TXN_STATE
+  (TRANSACTION_ABORTABLE to newer Produce versions) and appends nothing (DIV-98012). A
+  broker that appends it leaves a transactional batch no marker will ever end, hanging the
+  partition's LSO: the test pins Kafka's refusal.
 * Produce v3+ carries the transactional id: a request with transactional batches and a
   null transactional id is refused (Kafka's KafkaApis.handleProduceRequest answers
   TRANSACTIONAL_ID_AUTHORIZATION_FAILED even without an authorizer), while idempotent
@@ -28,6 +30,7 @@ from conformance.suites.kip98 import (
     wait_stable,
 )
 from conformance.suites.kip98.test_fencing import committed_values
+from conformance.suites.kip932.test_sessions import record_side
 
 
 # INVALID_TXN_STATE, or TRANSACTION_ABORTABLE to Produce versions that know it (KIP-890:
@@ -63,17 +66,19 @@ def unadded_partition_scenario(target, ids) -> dict[str, Any]:
 
 
 @pytest.mark.requirement("KIP-98.TXN.006")
-def test_data_for_a_partition_never_added_is_not_committed(differential):
-    """KIP-98.TXN.006: refused (INVALID_TXN_STATE / TRANSACTION_ABORTABLE) or left undecided, never committed."""
+def test_data_for_a_partition_never_added_is_not_committed(differential, request):
+    """KIP-98.TXN.006: refused with INVALID_TXN_STATE / TRANSACTION_ABORTABLE and not appended
+    (Kafka >= 3.6, DIV-98012), never committed, the partition's LSO not held."""
     obs = differential.run(unadded_partition_scenario).target
     assert obs["added_partition"] == 0 and obs["committed_0"] == ["in-txn"], f"the transaction itself failed: {obs}"
     assert "never-added" not in obs["committed_1"], (
-        f"data for a partition never added to the transaction became committed: {obs}")
-    if obs["stray_partition"] != 0:
-        assert obs["stray_partition"] in REFUSED_UNADDED, f"refused with an unexpected error: {obs}"
-        assert not obs["stray_appended"], "a refused batch was appended"
-    else:  # a broker without KIP-890 verification: the data stays undecided, below no LSO
-        assert obs["lso_1"] == 0, f"an undecided transactional batch must hold the LSO at its offset: {obs}"
+        f"KIP-98.TXN.006: data for a partition never added to the transaction became committed: {obs}")
+    assert obs["stray_partition"] in REFUSED_UNADDED, (
+        f"KIP-98.TXN.006 (DIV-98012): transactional data for a partition never added answered "
+        f"{obs['stray_partition']}, want INVALID_TXN_STATE or TRANSACTION_ABORTABLE: {obs}")
+    record_side(request, "data-for-a-partition-never-added", "kafka")
+    assert not obs["stray_appended"], f"KIP-98.TXN.006: a refused batch was appended: {obs}"
+    assert obs["lso_1"] == 0, f"KIP-98.TXN.006: the refused batch moved partition 1's LSO: {obs}"
 
 
 def transactional_id_field_scenario(target, ids) -> dict[str, Any]:

@@ -19,7 +19,10 @@ from confluent_kafka import KafkaException, Producer as CKProducer
 from confluent_kafka import TopicPartition
 
 from clients import confluent, wire
-from clients.txn import add_partitions_settled, end_txn_settled, init_producer_id_settled
+from clients.txn import (
+    add_partitions_ok, add_partitions_settled, end_txn_ok, end_txn_settled, init_ok, init_producer_id_settled,
+    produce_txn_ok,
+)
 from conformance.suites import require_feature
 from conformance.suites.kip98 import (
     READ_COMMITTED,
@@ -31,8 +34,10 @@ from conformance.suites.kip98 import (
     log_end,
     plain_batch,
     require_transactions,
+    values,
     wait_stable,
 )
+from conformance.suites.kip98.test_fencing import batch_summary as unverified_batches
 from targets.target import NotSupportedByTarget
 from reference_impl.client.consumer import Consumer as RefConsumer
 from reference_impl.client.consumer import filter_batches
@@ -195,6 +200,108 @@ def test_aborted_transactions_listed_at_read_committed(differential):
         )
         assert all(a["first_offset"] == 2 for a in obs[phase]["aborted_rc"]), "the committed transaction is listed as aborted"
         assert obs[phase]["aborted_ru"] == [], "read_uncommitted Fetch listed aborted transactions"
+
+
+# ---------------------------------------------------------------- read_committed from inside
+# A reader seeked into the middle of an aborted transaction, or whose small fetch size puts a
+# batch boundary inside it, never sees the transaction's first offset in its own answer: the
+# broker must list every aborted transaction *overlapping* the answer (Kafka's
+# LogSegment.collectAbortedTxns over [fetch offset, upper bound)), not only those starting
+# in it. test_crash_durability reads the same log again after its leader crashed.
+
+ABORTED_INSIDE_END = 13  # c0 c1 | four aborted batches 2..9 | ABORT marker 10 | c2 c3
+INSIDE_STARTS = (0, 3, 5)  # before the transaction, inside its first batch, inside its second
+INSIDE_MAX_BYTES = (1 << 20, 1)  # everything at once; 1 byte: one batch per answer (KIP-74)
+
+
+def read_committed_from(cc, topic: str, partition: int, start: int, max_bytes: int) -> dict[str, Any]:
+    """A read_committed reader seeked to `start` (the Java consumer's algorithm): data below
+    the LSO minus the batches of the aborted transactions the answers list, whatever their
+    first offset (a seek can land inside one)."""
+    leader = cc.leader_for(topic, partition)
+    kept: list[str] = []
+    listed: set[tuple[int, int]] = set()  # not yet ended by their ABORT marker
+    reported: set[tuple[int, int]] = set()  # every (first offset, producer id) an answer listed
+    first_answer: list[tuple[int, int]] | None = None
+    aborting: set[int] = set()
+    offset, answers = start, 0
+    for _ in range(200):
+        p = wire.fetch(cc, leader, topic, partition, offset, isolation_level=READ_COMMITTED, max_bytes=max_bytes)
+        assert int(p.error_code) == 0, f"Fetch {topic}-{partition}@{offset}: error {int(p.error_code)}"
+        answers += 1
+        answer = {(int(a.first_offset), int(a.producer_id)) for a in (p.aborted_transactions or ())}
+        if first_answer is None:
+            first_answer = sorted(answer)
+        listed |= answer - reported
+        reported |= answer
+        batches = [b for b in unverified_batches(p.records) if b["last_offset"] >= offset]
+        if not batches:
+            break
+        for b in batches:
+            aborting |= {pid for first, pid in listed if first <= b["last_offset"]}
+            if b["control"]:
+                if b.get("marker") == "ABORT":
+                    aborting.discard(b["producer_id"])
+                    listed = {(f, pid) for f, pid in listed if pid != b["producer_id"] or f > b["last_offset"]}
+                continue
+            if not (b["transactional"] and b["producer_id"] in aborting):
+                kept += b["values"]
+        offset = batches[-1]["last_offset"] + 1
+    return {"values": kept, "listed": sorted(reported), "first_answer": first_answer or [], "answers": answers}
+
+
+def write_aborted_inside(target, cc, unique) -> tuple[str, int]:
+    """c0 c1, an aborted transaction of four two-record batches (offsets 2..9, ABORT at 10),
+    c2 c3; returns (topic, the transaction's producer id) once the LSO reached the end."""
+    topic, tid = unique.topic(), unique.transactional_id()
+    create_ready_topic(target, cc, topic)
+    wire.produce(cc.leader_for(topic, 0), topic, 0, plain_batch(["c0", "c1"]))
+    coord, init, _ = init_ok(cc, tid)
+    pid, epoch = int(init.producer_id), int(init.producer_epoch)
+    add_partitions_ok(coord, tid, pid, epoch, topic, [0])
+    for b in range(4):
+        produce_txn_ok(cc.leader_for(topic, 0), tid, topic, 0,
+                       idem_batch(values(f"aborted-b{b}-", 2), pid, epoch, 2 * b, True))
+    end_txn_ok(coord, tid, pid, epoch, False)
+    wait_stable(cc.leader_for(topic, 0), topic, 0, at_least=11)
+    wire.produce(cc.leader_for(topic, 0), topic, 0, plain_batch(["c2", "c3"]))
+    wait_stable(cc.leader_for(topic, 0), topic, 0, at_least=ABORTED_INSIDE_END)
+    return topic, pid
+
+
+def read_from_inside(cc, topic: str, pid: int) -> dict[Any, Any]:
+    obs: dict[Any, Any] = {(start, mb): read_committed_from(cc, topic, 0, start, mb)
+                           for start in INSIDE_STARTS for mb in INSIDE_MAX_BYTES}
+    obs["pid"] = pid
+    return obs
+
+
+def assert_aborted_inside_dropped(obs: dict[Any, Any]) -> None:
+    """KIP-98.TXN.003: none of the aborted records, every committed one after the start;
+    KIP-98.FETCH.002: an answer starting inside the transaction lists it."""
+    pid = obs["pid"]
+    for (start, max_bytes), got in ((k, v) for k, v in obs.items() if isinstance(k, tuple)):
+        want = ["c0", "c1", "c2", "c3"] if start == 0 else ["c2", "c3"]
+        assert got["values"] == want, f"KIP-98.TXN.003: seek to {start}, max_bytes {max_bytes}: {got}"
+        assert any(p == pid and first <= max(start, 2) for first, p in got["listed"]), (
+            f"KIP-98.FETCH.002: seek to {start}, max_bytes {max_bytes}: the aborted transaction "
+            f"(pid {pid}) is not listed: {got}")
+        if start > 2:
+            assert (2, pid) in got["first_answer"], (
+                f"KIP-98.FETCH.002: the answer to a fetch at {start}, inside the aborted transaction "
+                f"starting at 2, does not list it: {got}")
+
+
+@pytest.mark.requirement("KIP-98.FETCH.002", "KIP-98.TXN.003")
+def test_read_committed_from_inside_an_aborted_transaction(target, capabilities, unique):
+    """KIP-98.FETCH.002 / TXN.003 on any target: read_committed fetches starting inside an
+    aborted four-batch transaction (a seek into its first and second batch; 1 MiB and 1-byte
+    fetch sizes) return none of its records, and their answers list the transaction."""
+    require_transactions(capabilities)
+    with wire.cluster_client(target) as cc:
+        topic, pid = write_aborted_inside(target, cc, unique)
+        obs = read_from_inside(cc, topic, pid)
+    assert_aborted_inside_dropped(obs)
 
 
 @pytest.mark.requirement("KIP-98.TXN.003")

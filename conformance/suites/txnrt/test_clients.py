@@ -132,16 +132,20 @@ def test_pre_registration_needs_no_blocking_support(rt):
     wait_for(lambda: committed_values(rt.cc, out, 1) == ["x"], "the committed record")
 
 
-def next_begin_adds(rt, out: str) -> list[dict]:
-    """Commit one transaction while markers are delayed, then begin the next with
-    pre-registration at once: the AddPartitionsToTxn requests that begin sent."""
-    with rt.markers_delayed(MARKER_DELAY_MS), producer(rt) as p:
+def next_begin_adds(rt) -> list[dict]:
+    """Commit one transaction while its markers are held back (conftest.MarkerWindow), then
+    begin the next with pre-registration at once: the AddPartitionsToTxn requests that begin
+    sent."""
+    h = rt.held()
+    with h.window, producer(rt, h.tid) as p:
         p.init_transactions()
-        p.begin_transaction([(out, 0)])
-        p.send(out, 0, "one")
+        p.begin_transaction([(h.topic, h.partition)])
+        p.send(h.topic, h.partition, "one")
+        p.flush()
+        h.window.open(MARKER_DELAY_MS)
         p.commit_transaction()
         since = len(p.history)
-        p.begin_transaction([(out, 1)])
+        p.begin_transaction([(h.topic, h.other)])
         adds = requests(p, "AddPartitionsToTxn", since)
         p.abort_transaction()
         return adds
@@ -149,14 +153,15 @@ def next_begin_adds(rt, out: str) -> list[dict]:
 
 @pytest.mark.requirement("KIP-TXNRT.BLOCK.001", "KIP-TXNRT.COMPAT.001")
 def test_blocking_add_is_one_round_trip_where_today_retries(rt):
-    """Right after a commit whose markers are delayed: at level 1 the next begin sends exactly
-    one AddPartitionsToTxn, answered NONE; at level 0 the same client meets
-    CONCURRENT_TRANSACTIONS and retries until NONE (today's behaviour)."""
-    held = next_begin_adds(rt, rt.topic(2))
+    """Right after a commit whose markers are held back: at level 1 the next begin sends
+    exactly one AddPartitionsToTxn, answered NONE; at level 0 the same client meets
+    CONCURRENT_TRANSACTIONS and retries until NONE (today's behaviour). The window is a held
+    partition leader on 2+ brokers, the reference's marker delay on one node."""
+    held = next_begin_adds(rt)
     assert [e["error_code"] for e in held] == [E.none], held
     rt.level(0)
     try:
-        retried = next_begin_adds(rt, rt.topic(2))
+        retried = next_begin_adds(rt)
     finally:
         rt.level(1)
     codes = [e["error_code"] for e in retried]
