@@ -74,6 +74,10 @@ def read_results(results_dir: str | Path) -> Results:
         if isinstance(data, dict):
             merge_target_descriptions(targets, data)
     run, requested = _read_run_metadata(d, problems)
+    if seal is None and isinstance(run.get("requested_targets"), list):
+        # certify seals every folder it finishes; a certify folder without its seal had it removed
+        raise _seal.SealError(f"{_seal.SEAL_FILE} is missing, but certify wrote this folder (run.json names the "
+                              "targets it was asked to certify): its rows cannot be checked")
     return Results(rows, targets, run, problems, requested, seal)
 
 

@@ -1,5 +1,5 @@
 """Bad input to every subcommand: one line `kipcheck <command>: error: ...` on stderr, exit 2,
-no traceback, nothing lost (the table of every bad input: test_bad_input.py)."""
+no traceback, nothing lost (the table of every bad input: test_cli_bad_input.py)."""
 
 from __future__ import annotations
 

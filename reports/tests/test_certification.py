@@ -709,8 +709,8 @@ def test_summary_lines(report):
 def test_packaged_flaky_entries_show_their_rate_and_signature(mock_report):
     """The register's flaky entries reach the report with the rate and the one failure
     they excuse, so a reader sees why a red row of that test would still count."""
-    signed = [d for d in cert.load_deviation_register() if d["signature"]]
-    assert signed and all(d["flaky"] for d in signed)
+    signed = [d for d in cert.load_deviation_register() if d["signature"] and d["flaky"]]
+    assert signed  # strict entries may carry a signature too (it narrows what they excuse)
     html = render_html({**mock_report, "deviations": {"register": signed, "matched": []}})
     section = html[html.index('<h2 id="deviations">'):html.index('<h2 id="divergences">')]
     assert "flaky: " in section and "only a failure matching <code>" in section

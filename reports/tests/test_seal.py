@@ -126,6 +126,15 @@ def test_an_unsealed_folder_says_so(tmp_path):
     assert build_report(read, [])["statement"]["evidence"]["sealed"] is False
 
 
+def test_a_certify_folder_whose_seal_was_removed_is_refused(tmp_path):
+    """Deleting seal.json along with the failing rows must not turn a FAIL into a PASS:
+    run.json records the targets certify was asked for, and certify seals every such folder."""
+    d = syn.write_results(tmp_path / "out", syn.PASSING_ROWS,
+                          syn.run_json(expected=5, finished=5, requested_targets=[syn.TARGET]))
+    with pytest.raises(seal.SealError, match="seal.json is missing, but certify wrote this folder"):
+        read_results(d)
+
+
 def _pem(key: Ed25519PrivateKey, public: bool = False) -> bytes:
     if public:
         return key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)

@@ -32,6 +32,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -181,6 +182,18 @@ def tail(path: Path, lines: int = 40) -> str:
     except OSError as exc:
         return f"(no log: {exc})"
     return "\n".join(data.rstrip().splitlines()[-lines:])
+
+
+def first_errors(path: Path, most: int = 3) -> str:
+    """The log's first ERROR/FATAL lines: a node that dies in start-up says why before the 40
+    lines of orderly shutdown a tail shows (a clean-clone CI run lost the cause that way)."""
+    try:
+        with open(path, "rb") as f:
+            lines = f.read(4 * 1024 * 1024).decode(errors="replace").splitlines()
+    except OSError:
+        return ""
+    found = [ln.strip() for ln in lines if " ERROR " in ln or " FATAL " in ln or ln.startswith(("Exception", "Error"))]
+    return (": " + " | ".join(found[:most])[:2000]) if found else ""
 
 
 class _Node:
@@ -360,11 +373,17 @@ class KafkaNativeTarget(Target):
                     Path(parent).mkdir(parents=True, exist_ok=True)
                 self.run_dir = Path(tempfile.mkdtemp(prefix=f"kipcheck-kafka-{self.version}-", dir=parent))
                 t0 = time.monotonic()
+                crashed: _StartupExit | None = None
                 for attempt in range(3):
                     try:
                         self._start_once()
                         break
-                    except _PortsTaken:
+                    except (_PortsTaken, _StartupExit) as exc:
+                        if isinstance(exc, _StartupExit):
+                            if crashed is not None:  # twice: not the machine's load, a real start-up failure
+                                raise TargetError(f"{exc} (the first attempt failed too: {crashed.first})") from None
+                            crashed = exc
+                            print(f"kipcheck: warning: {exc.first}; starting the cluster once more", file=sys.stderr)
                         self._kill_all()
                         self._nodes = {}
                         for child in self.run_dir.iterdir():
@@ -538,10 +557,9 @@ class KafkaNativeTarget(Target):
                     if any(s in log_text for s in _BIND_FAILURE):
                         raise _PortsTaken()
                     code = node.proc.returncode if node.proc else None
-                    raise TargetError(
-                        f"{what}: Kafka {self.version} node {nid} exited (code {code}) during start-up; "
-                        f"log {node.layout.log_file}:\n{log_text}"
-                    )
+                    first = f"{what}: Kafka {self.version} node {nid} exited (code {code}) during start-up"
+                    raise _StartupExit(first + first_errors(node.layout.log_file),
+                                       f"{first}{first_errors(node.layout.log_file)}; log {node.layout.log_file}:\n{log_text}")
             try:
                 while pending:
                     nid = pending[0]
@@ -693,6 +711,16 @@ class KafkaNativeTarget(Target):
                 self._started = False
                 with _LIVE_LOCK:
                     _LIVE.discard(self)
+
+
+class _StartupExit(TargetError):
+    """A node exited during start-up for another reason than its ports: under heavy load a
+    KRaft node can give up waiting for its quorum; the cluster is started once more, and a
+    second exit is the error (with both causes)."""
+
+    def __init__(self, first: str, message: str) -> None:
+        super().__init__(message)
+        self.first = first
 
 
 class _PortsTaken(Exception):
