@@ -3,11 +3,11 @@
     .venv/bin/python -m benchmarks.proxy_overhead [--quick] [--targets reference,kafka-native] [--json OUT]
 
 For each target (started with `python -m targets.target_up SPEC` in its own process) the
-capture proxy runs in its own process with the trace writer writing Parquet to a temporary
-directory, in two placements (`--writers`): `thread` is `kipcheck record` as it is
-(`python -m replay.record_cmd`: TraceWriter thread inside the proxy process), `process`
-the same proxy with the writer in a child process (`replay.proxy.ProcessTraceSink`). Three
-workloads run
+capture proxy (`python -m replay.record_cmd --writer W`) runs in its own process with the
+trace written to a temporary directory, per writer placement (`--writers`): `spool` (raw
+frames spooled by a thread, decoded when the recording stops: replay/capture_spool.py),
+`thread` (TraceWriter decoding in a thread of the proxy process), `process` (the writer in a
+child process, `replay.proxy.ProcessTraceSink`). Three workloads run
 twice, directly against the broker and through the proxy, alternating, `--repeat` times:
 
 * produce: `Producer` (acks=all, linger.ms=5), N messages of 100 B; msgs/s from the first
@@ -27,12 +27,10 @@ proxy competes with the broker and the clients for CPU, which a real deployment 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import platform
 import shutil
-import signal
 import statistics
 import sys
 import tempfile
@@ -45,7 +43,6 @@ import confluent_kafka
 from benchmarks.proxy_bench import ADDED_P50_TARGET_MS, THROUGHPUT_TARGET
 from benchmarks.bench_clients import (aligned, cell, Background, consume_run, create_topic, percentile, produce_ack_run,
                                       produce_run, start_target)
-from replay.proxy import CaptureProxy, ProcessTraceSink
 
 VALUE = b"x" * 100
 
@@ -53,7 +50,7 @@ VALUE = b"x" * 100
 @dataclass
 class Row:
     target: str
-    writer: str  # trace writer: "thread" (kipcheck record today) or "process" (ProcessTraceSink)
+    writer: str  # kipcheck record --writer: spool, thread or process
     workload: str
     direct_msgs_s: float | None = None
     proxied_msgs_s: float | None = None
@@ -100,33 +97,11 @@ class Row:
 
 
 def start_proxy(upstream: str, trace_dir: str, writer: str) -> tuple[Background, str]:
-    """thread: `kipcheck record` as it is (TraceWriter thread in the proxy process);
-    process: the same proxy with the writer in a child process (`ProcessTraceSink`)."""
-    up = upstream.split(",")[0]
-    if writer == "thread":
-        argv = [sys.executable, "-m", "replay.record_cmd", "--upstream", up, "--listen", "127.0.0.1:0",
-                "--out", trace_dir]
-    else:
-        argv = [sys.executable, "-m", "benchmarks.proxy_overhead", "--serve-proxy", up, trace_dir]
+    """`kipcheck record --writer WRITER` in front of `upstream` (no compaction at the end)."""
+    argv = [sys.executable, "-m", "replay.record_cmd", "--upstream", upstream.split(",")[0], "--listen",
+            "127.0.0.1:0", "--out", trace_dir, "--writer", writer, "--no-compact"]
     bg = Background(argv, "kipcheck record: listening", 60)
     return bg, bg.line.split("listening ", 1)[1].split(" ", 1)[0]
-
-
-def serve_proxy(upstream: str, trace_dir: str) -> int:
-    """The proxy with a ProcessTraceSink until SIGTERM (the `process` writer mode)."""
-    async def run() -> None:
-        sink = ProcessTraceSink(trace_dir, "keep").start()
-        proxy = CaptureProxy(upstream, "127.0.0.1:0", sink)
-        stop = asyncio.Event()
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-        await proxy.start()
-        print(f"kipcheck record: listening {proxy.bootstrap_servers} -> {upstream}", flush=True)
-        await stop.wait()
-        await proxy.stop()
-        await asyncio.get_running_loop().run_in_executor(None, sink.close)
-
-    asyncio.run(run())
-    return 0
 
 
 # --- workloads -------------------------------------------------------------------------------
@@ -211,16 +186,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--messages", type=int, help="messages per throughput run (default 50000, quick 10000)")
     ap.add_argument("--latency-messages", type=int, help="round trips per run (default 1000, quick 200)")
     ap.add_argument("--repeat", type=int, help="runs per mode (default 3, quick 1)")
-    ap.add_argument("--writers", default="thread,process",
-                    help="trace writer placements to measure: thread (kipcheck record today), process")
+    ap.add_argument("--writers", default="spool,thread,process",
+                    help="trace writer placements to measure (kipcheck record --writer): spool, thread, process")
     ap.add_argument("--json", metavar="OUT", help="also write the results as JSON")
-    ap.add_argument("--serve-proxy", nargs=2, metavar=("UPSTREAM", "TRACE_DIR"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
-    if a.serve_proxy:
-        return serve_proxy(*a.serve_proxy)
     writers = [w.strip() for w in a.writers.split(",") if w.strip()]
-    if not writers or set(writers) - {"thread", "process"}:
-        ap.error("--writers takes thread and/or process")
+    if not writers or set(writers) - {"spool", "thread", "process"}:
+        ap.error("--writers takes spool, thread and/or process")
     n = a.messages or (10000 if a.quick else 50000)
     m = a.latency_messages or (200 if a.quick else 1000)
     repeat = a.repeat or (1 if a.quick else 3)

@@ -8,8 +8,10 @@ Suites (each prints its own table):
   trace-check  `kipcheck check` throughput on synthetic traces, Spark local[1]/local[2]
                (benchmarks/trace_check_bench.py);
   trace-diff   `kipcheck diff` throughput, Spark vs the DuckDB baseline (benchmarks/trace_diff_bench.py);
-  trace        check and diff side by side: pure / local[1] / local[2] / standalone cluster / DuckDB,
-               100k-10M exchanges, fixed cost at 200 (benchmarks/trace_bench.py);
+  trace        one table: check and diff on pure / DuckDB (diff) / local[1] / local[2] (/ standalone,
+               --standalone), 100k and 1M exchanges (10M: --with-10m; 100M on the cluster:
+               --cluster-100m), fixed cost at 200, and the capture rows (direct, bare relay,
+               kipcheck record: ratios, CPU per MB), with the load (benchmarks/trace_bench.py);
   certify      `kipcheck certify` wall time per target and worker count, side by side
                (benchmarks/certify_bench.py; not part of `all`: minutes per row);
   txnrt        round trips and latency per transaction with and without the draft round-trip

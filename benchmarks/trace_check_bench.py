@@ -24,6 +24,7 @@ import tempfile
 import time
 
 from replay.check_cmd import SPARK_CONF, ScanStats, run_spark, validate_segments
+from replay.compact import compact
 from replay.entity_replay import CheckConfig
 from replay.spark_session import get_spark
 from replay.synthetic_traces import generate
@@ -31,6 +32,49 @@ from replay.synthetic_traces import generate
 FULL = (1_000_000, 10_000_000)
 QUICK = (100_000, 1_000_000)
 MASTERS = ("local[1]", "local[2]")
+V3_PREFIX = "v3:"  # a master written v3:local[2] checks the compacted trace (kipcheck compact, untimed)
+
+
+def event_log_conf(log_dir: str) -> dict[str, str]:
+    """Spark conf that writes the event log (per-stage times) into log_dir."""
+    os.makedirs(log_dir, exist_ok=True)
+    return {"spark.eventLog.enabled": "true", "spark.eventLog.dir": log_dir, "spark.eventLog.compress": "false"}
+
+
+_METRICS = {"internal.metrics.executorRunTime": "task_s", "internal.metrics.executorCpuTime": "cpu_s",
+            "internal.metrics.shuffle.write.bytesWritten": "shuffle_write_mb",
+            "internal.metrics.shuffle.read.remoteBytesRead": "shuffle_read_mb",
+            "internal.metrics.shuffle.read.localBytesRead": "shuffle_read_mb"}
+_SCALE = {"task_s": 1e-3, "cpu_s": 1e-9, "shuffle_write_mb": 1e-6, "shuffle_read_mb": 1e-6}
+
+
+def stage_breakdown(log_dir: str) -> list[dict]:
+    """Per completed stage of the event log(s) in log_dir: id, name, tasks, wall seconds,
+    task seconds, executor CPU seconds, shuffle MB written/read (Spark's own accounting)."""
+    out = []
+    files = sorted(os.path.join(d, n) for d, _, names in os.walk(log_dir) for n in names)  # Spark 4: a dir of rolled files
+    for path in files:
+        with open(path) as fh:
+            for line in fh:
+                if '"SparkListenerStageCompleted"' not in line:
+                    continue
+                info = json.loads(line)["Stage Info"]
+                row = {"stage": info["Stage ID"], "name": info["Stage Name"][:60], "tasks": info["Number of Tasks"],
+                       "wall_s": (info.get("Completion Time", 0) - info.get("Submission Time", 0)) / 1e3,
+                       **{k: 0.0 for k in _SCALE}}
+                for acc in info.get("Accumulables", []):
+                    key = _METRICS.get(acc.get("Name"))
+                    if key is not None:
+                        row[key] += float(acc.get("Value") or 0) * _SCALE[key]
+                out.append(row)
+    return out
+
+
+def print_stages(stages: list[dict]) -> None:
+    print(f"  {'stage':>5} {'tasks':>5} {'wall s':>7} {'task s':>7} {'cpu s':>7} {'shuf w MB':>9} {'shuf r MB':>9}  name")
+    for r in stages:
+        print(f"  {r['stage']:>5} {r['tasks']:>5} {r['wall_s']:>7.1f} {r['task_s']:>7.1f} {r['cpu_s']:>7.1f} "
+              f"{r['shuffle_write_mb']:>9.1f} {r['shuffle_read_mb']:>9.1f}  {r['name']}")
 
 
 def tree_cpu_seconds(root: int) -> float:
@@ -57,10 +101,11 @@ def tree_cpu_seconds(root: int) -> float:
     return total
 
 
-def check_once(path: str, master: str) -> dict:
+def check_once(path: str, master: str, log_dir: str | None = None) -> dict:
     """Run in a child process: check one trace as `kipcheck check` does (check_cmd's decode
-    pass, then its Spark job), return timing and the (rule, seq) found."""
-    spark = get_spark("kipcheck-check-bench", master, SPARK_CONF)
+    pass, then its Spark job), return timing, the (rule, seq) found and, with log_dir, the
+    per-stage breakdown of Spark's event log."""
+    spark = get_spark("kipcheck-check-bench", master, {**SPARK_CONF, **(event_log_conf(log_dir) if log_dir else {})})
     warm = spark.range(1000).selectExpr("sum(id)").collect()  # JVM and Python workers up before the clock
     del warm
     cpu0, started = tree_cpu_seconds(os.getpid()), time.perf_counter()
@@ -71,7 +116,8 @@ def check_once(path: str, master: str) -> dict:
     seconds = time.perf_counter() - started
     cpu = tree_cpu_seconds(os.getpid()) - cpu0
     spark.stop()
-    return {"rows": stats["rows"], "seconds": seconds, "cpu_seconds": cpu, "found": sorted(found)}
+    stages = stage_breakdown(log_dir) if log_dir else []
+    return {"rows": stats["rows"], "seconds": seconds, "cpu_seconds": cpu, "found": sorted(found), "stages": stages}
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -90,10 +136,10 @@ def run_for_result(args: list[str], root: str | None = None,
     return None, proc
 
 
-def run_child(path: str, master: str, root: str | None = None) -> dict:
+def run_child(path: str, master: str, root: str | None = None, log_dir: str | None = None) -> dict:
     """check_once in a child process, on the code of checkout `root` (default: this one)."""
     code = ("import json,sys; from benchmarks.trace_check_bench import check_once; "
-            f"print('RESULT', json.dumps(check_once({path!r}, {master!r})))")
+            f"print('RESULT', json.dumps(check_once({path!r}, {master!r}, {log_dir!r})))")
     result, proc = run_for_result(["-c", code], root)
     if result is None:
         raise RuntimeError(f"check on {master} failed: {proc.stderr[-2000:]}")
@@ -107,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--masters", default=",".join(MASTERS))
     p.add_argument("--dir", help="where to write the traces (default: a temporary directory)")
     p.add_argument("--json", metavar="OUT", help="also write the results as JSON")
+    p.add_argument("--stages", action="store_true", help="print each run's per-stage breakdown (Spark event log)")
     args = p.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else list(QUICK if args.quick else FULL)
     masters = args.masters.split(",")
@@ -120,7 +167,14 @@ def main(argv: list[str] | None = None) -> int:
         expected = sorted(tuple(x) for x in generate(path, n, seed=n % 9973))
         gen_s = time.perf_counter() - t0
         for master in masters:
-            r = run_child(path, master)
+            trace = path
+            if master.startswith(V3_PREFIX):
+                trace = path + ".v3"
+                if not os.path.isdir(trace):
+                    c = compact(path)
+                    print(f"# compacted {n:,} exchanges in {c.seconds:.1f} s ({c.buckets} buckets)", flush=True)
+            log_dir = tempfile.mkdtemp(prefix="kipcheck-events-") if args.stages else None
+            r = run_child(trace, master.removeprefix(V3_PREFIX), log_dir=log_dir)
             exact = sorted(tuple(x) for x in r["found"]) == expected
             ok = ok and exact and r["rows"] == n
             rate = n / r["seconds"]
@@ -129,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{n:>11} {master:9} {gen_s:>7.1f} {r['seconds']:>8.1f} {rate:>12,.0f} {r['cpu_seconds']:>8.1f} "
                   f"{r['cpu_seconds'] / n * 1e6:>11.1f}  {'yes' if exact else 'NO'} ({len(r['found'])}/{len(expected)})",
                   flush=True)
+            if args.stages:
+                print_stages(r["stages"])
     if len(sizes) >= 2:
         small, large = sizes[0], sizes[-1]
         for master in masters:

@@ -32,7 +32,9 @@ from typing import Any
 
 from replay import diff_fields as f
 from replay.synthetic_diff_traces import make_traces
-from benchmarks.trace_check_bench import run_for_result
+from benchmarks.trace_check_bench import (V3_PREFIX, event_log_conf, print_stages, run_for_result, stage_breakdown,
+                                          tree_cpu_seconds)
+from replay.compact import compact
 from replay.diff_input import inspect_trace
 from replay.spark_session import get_spark
 
@@ -200,32 +202,53 @@ CREATE OR REPLACE TEMP TABLE divergences AS
 # --- Spark worker -----------------------------------------------------------------------------------------
 
 
-def spark_diff(master: str, a_dir: str, b_dir: str) -> tuple[list[tuple], float]:
+def spark_diff(master: str, a_dir: str, b_dir: str, log_dir: str | None = None) -> tuple[list[tuple], float]:
     from replay import diff_spark  # imports pyspark (heavy): only the Spark child needs it
-    spark = get_spark("kipcheck-diff-bench", master, conf=diff_spark.SPARK_CONF)
+    conf = {**diff_spark.SPARK_CONF, **(event_log_conf(log_dir) if log_dir else {})}
+    spark = get_spark("kipcheck-diff-bench", master, conf=conf)
     spark.range(1).count()  # JVM and session warm: not timed
-    t0 = time.perf_counter()
+    cpu0, t0 = tree_cpu_seconds(os.getpid()), time.perf_counter()
     a, b = inspect_trace(a_dir), inspect_trace(b_dir)
     rows, _ = diff_spark.run(spark, a, b, None, with_json=False)
     elapsed = time.perf_counter() - t0
     found = [(r["kind"], r["a_seq"], r["path"]) for r in rows.select("kind", "a_seq", "path").collect()]
+    print(f"# spark {master}: {tree_cpu_seconds(os.getpid()) - cpu0:.1f} CPU-s (driver, JVM, Python workers)",
+          file=sys.stderr, flush=True)
     spark.stop()
     return found, elapsed
 
 
 def _worker(argv: list[str]) -> int:
-    master, a_dir, b_dir = argv
-    found, elapsed = spark_diff(master, a_dir, b_dir)
-    print("RESULT " + json.dumps({"seconds": elapsed, "found": found}))
+    master, a_dir, b_dir, *log = argv
+    found, elapsed = spark_diff(master, a_dir, b_dir, log[0] if log else None)
+    stages = stage_breakdown(log[0]) if log else []
+    print("RESULT " + json.dumps({"seconds": elapsed, "found": found, "stages": stages}))
     return 0
 
 
-def _run_spark_process(master: str, a_dir: str, b_dir: str, timeout: float,
-                       root: str | None = None) -> tuple[list[tuple], float]:
-    """One Spark diff in a child process, on the code of checkout `root` (default: this one)."""
-    r, out = run_for_result(["-m", "benchmarks.trace_diff_bench", "--worker", master, a_dir, b_dir], root, timeout)
+def compacted(trace_dir: str) -> str:
+    """The schema-3 copy of a trace (kipcheck compact), made once; its time is printed, not
+    counted in the diff's."""
+    out = trace_dir.rstrip("/") + ".v3"
+    if not os.path.isdir(out):
+        c = compact(trace_dir)
+        print(f"# compacted {trace_dir} ({c.rows:,} rows) in {c.seconds:.1f} s", flush=True)
+    return out
+
+
+def _run_spark_process(master: str, a_dir: str, b_dir: str, timeout: float, root: str | None = None,
+                       v3: bool = False, stages: bool = False) -> tuple[list[tuple], float]:
+    """One Spark diff in a child process, on the code of checkout `root` (default: this one);
+    v3: of the compacted traces; stages: print the per-stage breakdown of its event log."""
+    if v3:
+        a_dir, b_dir = compacted(a_dir), compacted(b_dir)
+    log = [tempfile.mkdtemp(prefix="kipcheck-events-")] if stages else []
+    r, out = run_for_result(["-m", "benchmarks.trace_diff_bench", "--worker", master, a_dir, b_dir, *log], root,
+                            timeout)
     if r is None:
         raise RuntimeError(f"spark {master} failed (exit {out.returncode}): {out.stderr[-2000:]}")
+    if stages:
+        print_stages(r["stages"])
     return [tuple(x) for x in r["found"]], r["seconds"]
 
 
@@ -246,11 +269,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.trace_diff_bench", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help=f"sizes {QUICK_SIZES} instead of {FULL_SIZES}")
     p.add_argument("--sizes", help="comma-separated exchange counts (overrides the preset)")
-    p.add_argument("--engines", default="duckdb,local[1],local[2]", help="duckdb and/or Spark masters")
+    p.add_argument("--engines", default="duckdb,local[1],local[2],v3:local[2]",
+                   help="duckdb and/or Spark masters; v3:MASTER diffs the compacted traces (kipcheck compact)")
     p.add_argument("--dir", help="where to write the traces (default: a temporary directory, removed)")
     p.add_argument("--timeout", type=float, default=3600.0, help="per Spark run, seconds")
     p.add_argument("--json", metavar="OUT", help="also write the results as JSON")
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--stages", action="store_true", help="print each Spark run's per-stage breakdown (event log)")
     a = p.parse_args(argv)
     sizes = [int(x) for x in a.sizes.split(",")] if a.sizes else list(QUICK_SIZES if a.quick else FULL_SIZES)
     base = a.dir or tempfile.mkdtemp(prefix="kipcheck-diff-bench-")
@@ -270,7 +295,8 @@ def main(argv: list[str] | None = None) -> int:
                     if engine == "duckdb":
                         found, secs = duckdb_diff(a_files, b_files)
                     else:
-                        found, secs = _run_spark_process(engine, a_dir, b_dir, a.timeout)
+                        found, secs = _run_spark_process(engine.removeprefix(V3_PREFIX), a_dir, b_dir, a.timeout,
+                                                         v3=engine.startswith(V3_PREFIX), stages=a.stages)
                     row = {"engine": engine, "exchanges": n, "seconds": round(secs, 2),
                            "exchanges_per_s": round(n / secs), "found": len(found), "check": _check(found, expected)}
                 except Exception as exc:  # noqa: BLE001 - report the failed row, run the others

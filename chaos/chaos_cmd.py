@@ -48,6 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="judge the recorded run in DIR again (writes DIR/check-analyzed.json; check.json is kept)")
     p.add_argument("--copier-client", default="confluent",
                    help="copier only: confluent (TV1) | reference-tv1 | reference-tv2")
+    p.add_argument("--group-protocol", default=None, choices=("classic", "consumer"),
+                   help="copier only: subscribe as a member of a classic or consumer (KIP-848) group, so "
+                        "its offsets are fenced by generation / member epoch (default: assign(), no membership)")
     p.add_argument("--scenario", default=None, metavar="NAME",
                    help="run a named scenario instead of a workload: kafka-17754 (uses --target and --out)")
     p.add_argument("--transaction-version", default="auto", choices=("auto", "1", "2"),
@@ -66,6 +69,8 @@ def replay_command(args: argparse.Namespace, seed: int, out: Path) -> str:
              "--out", str(out.with_name(out.name + "-replay"))]
     if args.workload == "copier" and args.copier_client != "confluent":
         parts += ["--copier-client", args.copier_client]
+    if args.workload == "copier" and args.group_protocol is not None:
+        parts += ["--group-protocol", args.group_protocol]
     if args.workload == "share" and args.share_client != "reference":
         parts += ["--share-client", args.share_client]
     for flag, value in (("--replication-factor", args.replication_factor), ("--max-ops", args.max_ops)):
@@ -96,7 +101,11 @@ def _validate(args: argparse.Namespace) -> dict:
         from chaos.workloads.copier import CLIENTS  # the workloads' clients (see known_kinds above)
         if args.copier_client not in CLIENTS:
             raise UsageError(f"--copier-client must be one of {', '.join(CLIENTS)}")
-        return {"client": args.copier_client}
+        if args.group_protocol is not None and args.copier_client != "confluent":
+            raise UsageError("--group-protocol needs --copier-client confluent (the reference consumer only assigns)")
+        return {"client": args.copier_client, "group_protocol": args.group_protocol}
+    if args.group_protocol is not None:
+        raise UsageError("--group-protocol is a copier option")
     if args.workload == "share":
         from chaos.workloads.share import CLIENTS as SHARE_CLIENTS  # the workloads' clients (see known_kinds above)
         if args.share_client not in SHARE_CLIENTS:

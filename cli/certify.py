@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 import conformance
 from cli import out_manifest
+from cli.clients import check_client_suites, run_clients
 from cli.common import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, PLUGIN_MODULE, SUITES_PACKAGE, UsageError, err,
                         load_catalog_or_fail, not_utf8, now_iso, parse_specs, plugin_registered)
 from conformance import run_status
@@ -27,6 +28,7 @@ from conformance.preflight import check_all
 from conformance.progress import Progress
 from reports import seal
 from reports.certification import build_report_from_dir, exit_code, summary_lines, write_json
+from reports.client_suites import unexpected
 from reports.html_report import write_html
 
 
@@ -226,6 +228,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
         raise UsageError(f"unexpected argument {extra[0]!r} (extra pytest arguments go after `--`)")
     extra = extra[1:]
     _check_importable(SUITES_PACKAGE)
+    check_client_suites(args.clients or [], specs)
     results_dir = out / "results"
     allure_dir = None if args.no_allure else out / "allure-results"
     _make_dirs(out)
@@ -277,6 +280,8 @@ def cmd_certify(args: argparse.Namespace) -> int:
             updates["scope"]["narrowed"] = True
         run = run_status.finalize(results_dir, stored, **updates)
         run_status.write(results_dir, run)
+        if stop.signal is None:  # client libraries' own suites (docs/clients.md), before the seal
+            run_clients(args.clients or [], specs, results_dir, out / "client-suites", say)
         return _finish_certify(run, results_dir, out, args, specs, allure_dir, rc, sign_key)
 
 
@@ -291,6 +296,9 @@ def _finish_certify(run: dict[str, Any], results_dir: Path, out: Path, args: arg
         print()
     _print_summary(report, out, args.format, allure_dir, result_line=line)
     code = exit_code(report)
+    if unexpected(report["clients"]):
+        err(f"client suites: {unexpected(report['clients'])} unexpected result(s); see {out / 'report.html'}#clients")
+        code = EXIT_FAILED if code == EXIT_OK else code
     for t in report["targets"]:
         if t.get("start_error"):
             err(f"target {t['spec']} failed to start: {t['start_error']}")

@@ -28,6 +28,7 @@ def cmd_record(args: argparse.Namespace) -> int:
         segment_max_seconds=args.segment_max_seconds,
         advertised_host=args.advertised_host,
         writer=args.writer,
+        compact=not args.no_compact,
     )
 
 

@@ -30,10 +30,10 @@ import sys
 from typing import Any, Callable, Sequence
 
 from chaos import chaos_cmd
-from cli import catalog, certify, cluster, verify
+from cli import catalog, certify, clients, cluster, verify
 from cli.common import EXIT_OK, EXIT_USAGE, UsageError, err, running
 from conformance import power
-from replay import check_cmd, diff_cmd, replay_cmd
+from replay import check_cmd, compact_cmd, diff_cmd, replay_cmd
 from reports.certification import kipcheck_version
 from reports.usage import non_empty_path, non_negative_int, positive_float, positive_int, usage_line
 from targets import image_cmd
@@ -45,10 +45,12 @@ MODULE_COMMANDS = {
     "replay": replay_cmd,
     "diff": diff_cmd,
     "check": check_cmd,
+    "compact": compact_cmd,
     "chaos": chaos_cmd,
     "image": image_cmd,
     "power": power,
     "verify": verify,
+    "clients": clients,
 }
 
 #: Subcommand -> its body, which returns the exit code.
@@ -101,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="SPEC",
         help="target spec, repeatable: reference[:nodes=N], kafka-native:VERSION[:nodes=N], "
-        "librdkafka-mock, kfake, testcontainers:IMAGE, external:HOST:PORT (default: reference)",
+        "librdkafka-mock, kfake, tansu[:storage=memory|sqlite], testcontainers:IMAGE, external:HOST:PORT "
+        "(default: reference)",
     )
     c.add_argument("--out", "-o", default=DEFAULT_OUT, type=non_empty_path, metavar="DIR",
                    help=f"output directory (default: ./{DEFAULT_OUT})")
@@ -138,6 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="deadline of every test, overriding its own (default: per test, see docs/cli.md)")
     c.add_argument("--time-limit", type=positive_float(), metavar="SECONDS",
                    help="stop the run after SECONDS; what ran is reported and the result is INCOMPLETE")
+    c.add_argument("--clients", action="append", metavar="SUITE",
+                   help="also run this client library's own suite on every target (franz-go; docs/clients.md)")
     c.add_argument("pytest_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
     r = sub.add_parser(
@@ -208,8 +213,11 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--segment-max-bytes", type=positive_int(), default=64 << 20)
     rec.add_argument("--segment-max-seconds", type=positive_float(), default=60.0)
     rec.add_argument("--advertised-host", default=None, help="host put in rewritten endpoints (default: listen host)")
-    rec.add_argument("--writer", choices=("thread", "process"), default="thread",
-                     help="write the trace from a thread (default) or a child process (lower added latency)")
+    rec.add_argument("--writer", choices=("auto", "spool", "thread", "process"), default="auto",
+                     help="spool raw frames and decode them when the recording ends (auto with --payloads keep), "
+                          "or decode while recording in a thread (auto otherwise) or a child process")
+    rec.add_argument("--no-compact", action="store_true",
+                     help="do not end the recording with `kipcheck compact` into OUT.v3 (docs/traces.md)")
 
     _add_module_command(
         sub, "replay",
@@ -232,11 +240,18 @@ def build_parser() -> argparse.ArgumentParser:
         "reference state machines per entity (see docs/trace-checks.md). Exit 0 when no violation, 1 when "
         "violations, 2 on error. Runs unchanged under spark-submit.",
     )
+    _add_module_command(sub, "compact", help="rewrite a trace in the bucketed layout check and diff read (schema 3)",
+                        description="See docs/traces.md (schema version 3). Exit 0 written, 2 bad input.")
     _add_module_command(sub, "chaos", help="one seeded chaos run: workload + faults + checkers",
                        description="See docs/chaos-workloads.md. Exit 0 valid, 1 anomaly, 2 could not run, 3 unknown.")
     _add_module_command(sub, "image", help="build or load the apache/kafka image offline")
     _add_module_command(sub, "power", help="prove the suite catches every seeded reference bug",
                        description="See docs/suite-power.md. Exit 0 every bug caught, 1 a bug missed, 2 usage error.")
+    _add_module_command(sub, "clients", help="run a client library's own integration suite against targets",
+                        description="Build the suite once (pinned), run each test against every --target "
+                        "under a deadline and write OUT/results and the report (see docs/clients.md). Exit 0 "
+                        "pass, client skips and registered failures only; 1 otherwise; 2 bad input or a target "
+                        "that did not start.")
     _add_module_command(sub, "verify", help="check a certification folder against its evidence seal",
                         description="See docs/certify-your-cluster.md. Exit 0 the rows, run.json and report.json "
                         "match the seal (and the key, with --key), 2 they do not.")

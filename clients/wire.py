@@ -177,8 +177,11 @@ def list_offset(client: RawClient, topic: str, partition: int, timestamp: int, i
 def offset_commit(
     client: RawClient, group: str, topic: str, partition: int, offset: int, *,
     generation: int = -1, member_id: str = "", metadata: str | None = "", instance_id: str | None = None,
+    highest: int = 9, lowest: int = 2,
 ) -> int:
-    r = Req(client, OFFSET_COMMIT, 9, lowest=2)
+    """One OffsetCommit; `generation` is the member epoch for a KIP-848 member (v9 names the
+    field so). Returns the partition's error code."""
+    r = Req(client, OFFSET_COMMIT, highest, lowest=lowest)
     resp = r.send(
         group_id=group,
         generation_id_or_member_epoch=generation,

@@ -3,7 +3,7 @@
     python -m conformance.eos_copier --bootstrap HOST:PORT --input A --output B \\
         --group G --transactional-id T --history copier.jsonl --process copier-3 \\
         [--client confluent|reference] [--transaction-version auto|1|2] [--max-batch 10] \\
-        [--txn-pause-ms 20] [--idle-exit-s 1.5] [--config KEY=VALUE ...]
+        [--txn-pause-ms 20] [--idle-exit-s 1.5] [--group-protocol classic|consumer] [--config KEY=VALUE ...]
 
 Each incarnation starts from its group's committed offsets (read with a stable OffsetFetch,
 so offsets pending in a transaction of a killed predecessor are never used), then loops:
@@ -14,7 +14,9 @@ distinct value (the history checker names a value's writer by it); the input val
 part before `|`.
 
 Clients: `confluent` = confluent-kafka (librdkafka) transactional producer and an
-assign()-based read_committed consumer (transaction protocol v1); `reference` = the reference
+assign()-based read_committed consumer (transaction protocol v1), or with `--group-protocol`
+a subscribed member of a classic or KIP-848 group whose offsets are fenced by its generation
+or member epoch (each assignment is a ``subscribe`` op); `reference` = the reference
 `TransactionalProducer` (TV1 or TV2, `--transaction-version`) and the reference
 assign-based consumer with a raw stable OffsetFetch.
 
@@ -97,15 +99,23 @@ def run_confluent(args: argparse.Namespace, hist: HistoryWriter, extra: dict[str
     # init_transactions first: it fences and aborts a killed predecessor's open transaction,
     # so that the committed offsets read next are stable.
     producer.init_transactions(60)
+    membership = {"group.protocol": args.group_protocol} if args.group_protocol else {}
     consumer = Consumer({**base, "group.id": args.group, "enable.auto.commit": False,
                          "isolation.level": "read_committed", "auto.offset.reset": "earliest",
-                         "enable.partition.eof": False})
+                         "enable.partition.eof": False, **membership})
     md = consumer.list_topics(args.input, timeout=30)
     partitions = sorted(md.topics[args.input].partitions)
-    # Offsets INVALID: librdkafka fetches the committed offsets (RequireStable at read_committed).
-    consumer.assign([TopicPartition(args.input, p) for p in partitions])
-    hist.op("invoke", "assign", [_key(args.input, p) for p in partitions])
-    hist.op("ok", "assign", [_key(args.input, p) for p in partitions])
+    keys = [_key(args.input, p) for p in partitions]
+    if args.group_protocol:
+        # A group member: each (incremental) assignment starts from the committed offsets,
+        # and its offsets carry the generation / member epoch (KIP-447, KIP-848).
+        consumer.subscribe([args.input], on_assign=lambda c, tps: (hist.op("invoke", "subscribe", keys),
+                                                                   hist.op("ok", "subscribe", keys)))
+    else:
+        # Offsets INVALID: librdkafka fetches the committed offsets (RequireStable at read_committed).
+        consumer.assign([TopicPartition(args.input, p) for p in partitions])
+        hist.op("invoke", "assign", keys)
+        hist.op("ok", "assign", keys)
     txn_no, idle_since = 0, time.monotonic()
     try:
         while True:
@@ -292,12 +302,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--transaction-version", choices=("auto", "1", "2"), default="auto",
                     help="reference client only")
     ap.add_argument("--transaction-timeout-ms", type=int, default=10000)
+    ap.add_argument("--group-protocol", choices=("classic", "consumer"), default=None,
+                    help="confluent only: subscribe as a member of a group of this protocol instead of assign()")
     ap.add_argument("--max-batch", type=int, default=10)
     ap.add_argument("--txn-pause-ms", type=int, default=20, help="pause inside each transaction (twice)")
     ap.add_argument("--idle-exit-s", type=float, default=1.5)
     ap.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                     help="extra librdkafka setting (confluent client)")
     args = ap.parse_args(argv)
+    if args.group_protocol and args.client != "confluent":
+        ap.error("--group-protocol needs --client confluent (the reference consumer only assigns)")
     extra = dict(kv.split("=", 1) for kv in args.config)
     hist = HistoryWriter(args.history, args.process)
     try:

@@ -17,6 +17,7 @@ from typing import Callable
 from targets.factory import create_target
 from targets.go_build import GoBuildError
 from targets.kfake.build import binary_path, go_toolchain
+from targets.tansu.build import TansuBuildError, ensure_binary as ensure_tansu
 from targets.target import parse_target_spec
 
 PREFLIGHT_TIMEOUT_S = 5.0
@@ -62,6 +63,17 @@ def _kfake() -> str | None:
     return None
 
 
+def _tansu() -> str | None:
+    """Tansu takes ~25 minutes to build: built here, in the CLI's process, so its progress
+    lines reach the user's terminal (a pytest worker's stderr would not); missing cargo or a
+    failed build is the one-line reason."""
+    try:
+        ensure_tansu()
+    except TansuBuildError as exc:
+        return _one_line(exc)
+    return None
+
+
 def _module(name: str, why: str) -> Callable[[], str | None]:
     def check() -> str | None:
         try:
@@ -78,6 +90,7 @@ LOCAL_CHECKS: dict[str, list[Callable[[], str | None]]] = {
     "kafka-native": [_java],
     "librdkafka-mock": [_module("confluent_kafka", "librdkafka's mock cluster comes with confluent-kafka")],
     "kfake": [_kfake],
+    "tansu": [_tansu],
     "testcontainers": [],  # no Docker engine: its tests are skipped with the reason, by design
 }
 

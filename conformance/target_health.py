@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from reference_impl.client.raw_client import ClusterClient
 from targets.target import Target, probe_capabilities
 
 NOT_RUN_PREFIX = "not run: target down"
@@ -40,11 +41,18 @@ def _one_line(exc: BaseException) -> str:
 
 
 def probe_target(target: Target, timeout: float = PROBE_TIMEOUT_S) -> str | None:
-    """None when some bootstrap broker answers ApiVersions, else why not (one line)."""
+    """None when some bootstrap broker answers ApiVersions and a Metadata naming brokers, else
+    why not (one line). Metadata too: a broker whose storage died answers ApiVersions from
+    memory but closes every connection that needs its storage (Tansu's sqlite engine after a
+    panic, docs/targets.md#tansu)."""
     why = "no bootstrap address"
     for address in target.bootstrap_servers.split(","):
         try:
-            probe_capabilities(address.strip(), timeout=timeout, security=target.raw_security())
+            security = target.raw_security()
+            probe_capabilities(address.strip(), timeout=timeout, security=security)
+            with ClusterClient(address.strip(), timeout=timeout, security=security) as cc:
+                if not cc.nodes:
+                    raise ConnectionError("Metadata names no broker")
             return None
         except Exception as exc:  # noqa: BLE001 - any failure to answer is the reason
             why = f"{address.strip()}: {_one_line(exc)}"

@@ -20,8 +20,10 @@ still fails it.
         signature: "CRC .* ignored"      # optional regex the failure must match (re.search on the
                                          #   exception's text); any other failure stays a failure
         test: test_corrupt_batch_rejected  # test function name, module.py::name, module.py::name[params],
-                                           #   or module.py (every test of the module; needs a signature)
-        requirement: PROTO.BAD.001
+                                           #   or module.py (every test of the module; needs a signature),
+                                           #   or SUITE/TestName[/subtest] for a client suite's test
+                                           #   (client_suites/; it covers the test's subtests)
+        requirement: PROTO.BAD.001       # a client-suite entry may say CLIENT.<SUITE> (CLIENT.FRANZ-GO)
         observed: what the target does instead
         evidence: how it was established (test, command, observation)
 """
@@ -84,7 +86,11 @@ class Deviation:
     def excuses(self, exc: BaseException) -> bool:
         """Whether this entry covers a failure with this exception (its signature, if any,
         searched in the exception's text: for an assert, the message and the explanation)."""
-        return self.signature is None or re.search(self.signature, str(exc)) is not None
+        return self.excuses_text(str(exc))
+
+    def excuses_text(self, text: str) -> bool:
+        """The same for a failure known only as text (a client suite's output)."""
+        return self.signature is None or re.search(self.signature, text) is not None
 
     def to_dict(self) -> dict[str, Any]:
         """The entry as report.json lists it (deviations.register[])."""
@@ -127,7 +133,7 @@ def parse_deviations(data: Any, name: str = "deviations.yaml", catalog: Catalog 
         elif dev_id in seen:
             problems.append(f"{where}: duplicate id")
         seen.add(str(dev_id))
-        if catalog is not None and item.get("requirement") not in catalog:
+        if catalog is not None and item.get("requirement") not in catalog and not _client_suite_id(item):
             problems.append(f"{where}: requirement {item.get('requirement')} is not in the catalog")
         if item.get("versions"):
             try:
@@ -158,6 +164,13 @@ def parse_deviations(data: Any, name: str = "deviations.yaml", catalog: Catalog 
     if problems:
         raise DeviationError(problems)
     return out
+
+
+def _client_suite_id(item: dict[str, Any]) -> bool:
+    """A client-suite entry (`test: SUITE/TestName`) may name `CLIENT.<SUITE>` instead of a
+    catalog id when the failure breaks no catalogued requirement (docs/clients.md)."""
+    suite, _, test = str(item.get("test", "")).partition("/")
+    return bool(test) and str(item.get("requirement")) == f"CLIENT.{suite.upper()}"
 
 
 def load_deviations(path: Path | str | None = None, catalog: Catalog | None = None) -> list[Deviation]:

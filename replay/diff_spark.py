@@ -12,6 +12,10 @@ presence row. That narrow frame is persisted: the alignment counts are counted f
 its arrays exploded into the divergence rows (matching pairs yield none). The optional
 response-JSON walk is the only Python on the path: `mapInPandas` over aligned pairs,
 vectorized per Arrow batch, never a row UDF.
+
+Compacted traces (schema 3, replay/compact.py) carry the alignment keys and id placeholders:
+each is read as a bucketed table (`load_v3`) and projected once, and the connection join
+runs bucket by bucket with no shuffle (`connection_join`).
 """
 
 from __future__ import annotations
@@ -23,6 +27,9 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from replay import diff_fields as f
+from replay import trace_reader as tr
+from replay import trace_schema as ts
+from replay.compact import layout
 from replay.diff_input import TraceInput
 from replay.spark_rank import number_within
 from replay.diff_pure import GROUP_KEY, SAMPLES, noise_entry, sort_groups
@@ -34,12 +41,47 @@ SPARK_CONF = {"spark.ui.showConsoleProgress": "false", "spark.sql.maxPlanStringL
 ORDER = ("_client", "_conn_ord", "request_mono_ns", "seq")
 KEEP = ("seq", "connection_id", "api_key", "api_name", "error_code", "request_mono_ns", "_client", "_conn_ord",
         "_req", "_api_ord")
+BUCKET_KEY = "_bucket_key"  # schema 3: the bucket column (align_conn), first of the alignment join key
+# schema-3 column -> the name the plan gives it
+V3_KEYS = {"align_client": "_client", "conn_ord": "_conn_ord", "request_key": "_req", "api_ord": "_api_ord",
+           "id_placeholders": "_ids", "align_conn": BUCKET_KEY}
+# Schema 3: both traces are bucketed on align_conn, a part of the join key. Spark's default
+# co-partitioning rule wants the bucket columns to be ALL the join keys, and would shuffle both.
+V3_CONF = {"spark.sql.requireAllClusterKeysForCoPartition": "false"}
 
 
 def load(spark: SparkSession, inp: TraceInput, with_json: bool) -> DataFrame:
     cols = list(f.READ_COLUMNS) + ([f.JSON_COLUMN] if with_json else [])
     df = spark.read.parquet(*inp.files).select(*cols)
     return df.where((F.col("kind") == "exchange") & F.col("decode_error").isNull()).drop("kind", "decode_error")
+
+
+def is_v3(inp: TraceInput) -> bool:
+    """A compacted trace (kipcheck compact): every file of schema version 3."""
+    return bool(inp.files) and all(tr.segment_version(p) == str(ts.COMPACT_VERSION) for p in inp.files)
+
+
+def load_v3(spark: SparkSession, inp: TraceInput, with_json: bool) -> DataFrame:
+    """A compacted trace as a bucketed table over its files (an external table of the
+    session catalog: dropping it never touches the files): Spark takes the bucket of each
+    file from its name and knows the rows are hash-partitioned by align_conn, so a join of
+    two such traces on a key that contains it needs no shuffle. The alignment keys and id
+    placeholders are read, not computed."""
+    buckets = int(layout(inp.files[0])[ts.META_BUCKETS.decode()])
+    name = f"kipcheck_v3_{abs(hash((inp.directory, id(inp))))}"
+    spark.sql(f"DROP TABLE IF EXISTS {name}")
+    location = inp.directory.replace("'", "\\'")
+    spark.sql(f"CREATE TABLE {name} ({_v3_ddl()}) USING parquet CLUSTERED BY (align_conn) INTO {buckets} BUCKETS "
+              f"LOCATION '{location}'")
+    cols = [c for c in f.READ_COLUMNS if c not in ("kind", "decode_error")] + ([f.JSON_COLUMN] if with_json else [])
+    df = spark.table(name).where((F.col("kind") == "exchange") & F.col("decode_error").isNull())
+    return df.select(*cols, *[F.col(c).alias(alias) for c, alias in V3_KEYS.items()])
+
+
+def _v3_ddl() -> str:
+    from pyspark.sql.pandas.types import from_arrow_schema  # pyspark's Arrow bridge, as check_spark.trace_schema
+
+    return ", ".join(f"`{x.name}` {x.dataType.simpleString()}" for x in from_arrow_schema(ts.schema(ts.COMPACT_VERSION)))
 
 
 def with_alignment_keys(df: DataFrame) -> DataFrame:
@@ -148,7 +190,7 @@ _SLOT_OF = {(column, sub): slot for slot, column, sub, _ in f.ID_SLOTS}
 def normalized(df: DataFrame, with_json: bool) -> DataFrame:
     """Alignment keys, pair metadata and every compared field as its comparison string."""
     ids = F.col("_ids")
-    cols = [F.col(c) for c in KEEP]
+    cols = [F.col(c) for c in KEEP + ((BUCKET_KEY,) if BUCKET_KEY in df.columns else ())]
     cols += [fmt(F.col(x.name), x, ids, F.lit(_SLOT_OF.get((x.name, None), -1))).alias("n_" + x.name)
              for x in f.SCALARS]
     for column, fields in f.LISTS:
@@ -156,7 +198,9 @@ def normalized(df: DataFrame, with_json: bool) -> DataFrame:
                                F.array().cast(T.ArrayType(_string_struct(fields)))).alias("n_" + column))
     if with_json:
         cols.append(F.col(f.JSON_COLUMN))
-    return df.join(row_id_maps(df), "seq", "left").select(*cols)
+    if "_ids" not in df.columns:  # schema 3 carries them
+        df = df.join(row_id_maps(df), "seq", "left")
+    return df.select(*cols)
 
 
 def _entry_strings(column: str, fields: tuple[f.Field, ...], ids: Column):
@@ -210,15 +254,22 @@ def column_differences() -> Column:
 # --- alignment ------------------------------------------------------------------------------------------
 
 
+def connection_join(sa: DataFrame, sb: DataFrame) -> DataFrame:
+    """The full outer join of two sides (a_* / b_*) on the connection key. Compacted traces
+    put their bucket column first: both sides are hash-partitioned by it, so the join runs
+    bucket i against bucket i, with no shuffle (test_diff_spark asserts the plan)."""
+    bucketed = "a_" + BUCKET_KEY in sa.columns and "b_" + BUCKET_KEY in sb.columns
+    key1 = ([BUCKET_KEY] if bucketed else []) + ["_client", "_conn_ord", "api_key", "_req", "_api_ord"]
+    return sa.join(sb, [F.col("a_" + k) == F.col("b_" + k) for k in key1], "full_outer")
+
+
 def align(a: DataFrame, b: DataFrame) -> DataFrame:
     """Aligned pairs and leftovers: a_* / b_* columns (one side null when unaligned) + `align`."""
     sa, sb = _side(a, "a_"), _side(b, "b_")
-    key1 = ["_client", "_conn_ord", "api_key", "_req", "_api_ord"]
-    cond = [F.col("a_" + k) == F.col("b_" + k) for k in key1]
-    first = sa.join(sb, cond, "full_outer").persist()  # read three times below
+    first = connection_join(sa, sb).persist()  # read three times below
     pairs = first.where(F.col("a_seq").isNotNull() & F.col("b_seq").isNotNull()).withColumn("align", F.lit(f.ALIGN_CONNECTION))
-    left_a = first.where(F.col("b_seq").isNull()).select(*sa.columns)
-    left_b = first.where(F.col("a_seq").isNull()).select(*sb.columns)
+    left_a = first.where(F.col("b_seq").isNull()).select(*[c for c in sa.columns if c != "a_" + BUCKET_KEY])
+    left_b = first.where(F.col("a_seq").isNull()).select(*[c for c in sb.columns if c != "b_" + BUCKET_KEY])
     left_a = number_within(left_a, ["a__client", "a_api_key"], ["a_request_mono_ns", "a_seq"], "a__left_ord")
     left_b = number_within(left_b, ["b__client", "b_api_key"], ["b_request_mono_ns", "b_seq"], "b__left_ord")
     key2 = ["_client", "api_key", "_left_ord"]
@@ -226,7 +277,7 @@ def align(a: DataFrame, b: DataFrame) -> DataFrame:
         "a__left_ord", "b__left_ord")
     second = second.withColumn("align", F.when(F.col("a_seq").isNotNull() & F.col("b_seq").isNotNull(),
                                                F.lit(f.ALIGN_CLIENT)))
-    return pairs.unionByName(second)
+    return pairs.drop("a_" + BUCKET_KEY, "b_" + BUCKET_KEY).unionByName(second)
 
 
 def _presence_field(prefix: str) -> Column:
@@ -390,9 +441,12 @@ def summary_groups(rows: DataFrame) -> list[dict]:
     return sort_groups(out)
 
 
-def prepare(spark: SparkSession, inp: TraceInput, with_json: bool) -> DataFrame:
+def prepare(spark: SparkSession, inp: TraceInput, with_json: bool, v3: bool = False) -> DataFrame:
     """A trace's normalized exchanges, checkpointed: both joins read them, and the cut
-    lineage keeps the plans of the later jobs small."""
+    lineage keeps the plans of the later jobs small. A compacted trace (`v3`) is one
+    narrow projection of its bucketed scan, not checkpointed, so the join sees its buckets."""
+    if v3:
+        return normalized(load_v3(spark, inp, with_json), with_json)
     keyed = with_alignment_keys(load(spark, inp, with_json)).persist()  # read by the id map and the projection
     out = normalized(keyed, with_json).localCheckpoint()
     keyed.unpersist()
@@ -401,14 +455,20 @@ def prepare(spark: SparkSession, inp: TraceInput, with_json: bool) -> DataFrame:
 
 def run(spark: SparkSession, a_in: TraceInput, b_in: TraceInput, noise_in: TraceInput | None, with_json: bool,
         out_path: str | None = None) -> tuple[DataFrame, dict]:
-    """Divergence DataFrame (written to out_path as Parquet when given) and the result dict."""
-    a = prepare(spark, a_in, with_json)
-    b = prepare(spark, b_in, with_json)
+    """Divergence DataFrame (written to out_path as Parquet when given) and the result dict.
+
+    When every input is compacted (schema 3) the exchanges are joined bucket by bucket."""
+    v3 = all(is_v3(x) for x in (a_in, b_in, noise_in) if x is not None)
+    if v3:
+        for key, value in V3_CONF.items():
+            spark.conf.set(key, value)
+    a = prepare(spark, a_in, with_json, v3)
+    b = prepare(spark, b_in, with_json, v3)
     rows, compared_ab = diff(a, b, with_json)
     noise_table: list[dict] = []
     stats_noise = None
     if noise_in is not None:
-        n_rows, n_compared = diff(a, prepare(spark, noise_in, with_json), with_json)
+        n_rows, n_compared = diff(a, prepare(spark, noise_in, with_json, v3), with_json)
         n_stats = alignment_stats(n_compared)
         noise_table = learn_noise(n_rows, n_stats["pairs_per_api"])
         stats_noise = {k: v for k, v in n_stats.items() if k != "pairs_per_api"}

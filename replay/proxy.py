@@ -16,7 +16,9 @@ Recording is off the path: finished exchanges (frames + timings) go, one list pe
 (`offer_many` when the sink has it, else `offer`) and waits while the sink is full
 (back-pressure on the trace, not on the clients). Exchanges that cannot be recorded are
 reported to the sink as gaps (`record_gap(count, reason)`), including a hand-off backlog
-over `handoff_max_bytes`.
+over `handoff_max_bytes`. Sinks: `capture_spool.SpoolSink` (raw frames to a spool file,
+decoded when the recording ends: the cheapest), `TraceWriter` (decodes in a thread of this
+process) and `ProcessTraceSink` (decodes in a child process).
 """
 
 from __future__ import annotations

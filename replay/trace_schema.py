@@ -12,16 +12,29 @@ Version history:
       job parses JSON per row. Version-1 segments stay readable: the reader (pyarrow) and
       the Spark jobs derive these columns from the JSON for rows whose ``schema_version``
       is null (replay.typed_fields, replay.trace_reader.upgrade).
+  3 - the compacted layout (`kipcheck compact`, replay.compact): the version-2 columns plus
+      the diff's alignment key and id placeholders precomputed (``V3_FIELDS``), one file per
+      bucket of ``align_conn`` (Spark's bucket function), sorted by the alignment key. The
+      recorder still writes version-2 segments (SCHEMA_VERSION); compaction writes
+      COMPACT_VERSION. Readers of versions 1/2 read version 3 (a superset of columns).
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 2
-SUPPORTED_VERSIONS = frozenset({1, 2})
+SCHEMA_VERSION = 2  # what the recorder's segments carry
+COMPACT_VERSION = 3  # what `kipcheck compact` writes (replay.compact)
+SUPPORTED_VERSIONS = frozenset({1, 2, 3})
 META_SCHEMA_VERSION = b"schema_version"
 META_FORMAT = b"kipcheck_trace"
+# version 3 layout metadata (every compacted file carries it; replay.compact)
+META_BUCKETS = b"buckets"  # bucket count N
+META_BUCKET_COLUMN = b"bucket_column"  # align_conn
+META_BUCKET_HASH = b"bucket_hash"  # how a row's bucket is computed (see V3_BUCKET_HASH)
+META_SORT_COLUMNS = b"sort_columns"  # comma-separated sort key within a bucket
+V3_BUCKET_HASH = "spark-murmur3-x86_32(int64 align_conn, seed 42) pmod N"
+V3_SORT_COLUMNS = ("align_conn", "api_key", "request_key", "api_ord")
 
 KIND_EXCHANGE = "exchange"
 KIND_GAP = "gap"
@@ -166,10 +179,21 @@ FIELDS_V2: list[tuple[str, pa.DataType, str]] = [
     ("share_start_offsets", pa.list_(SHARE_START_OFFSET),
      "DescribeShareGroupOffsets response: topic_id, partition, start_offset (SPSO), error_code"),
 ]
+# appended by version 3 (compaction): flat, typed, precomputed once per trace
+FIELDS_V3: list[tuple[str, pa.DataType, str]] = [
+    ("align_client", pa.string(), "client_id of the connection (max over its exchanges; '' when none)"),
+    ("conn_ord", pa.int64(), "rank of the connection among those of align_client, by first request then connection_id"),
+    ("align_conn", pa.int64(), "64-bit key of (align_client, conn_ord): the bucket column, equal across traces"),
+    ("request_key", pa.string(), "request fingerprint of discovery requests (Metadata topics, FindCoordinator key)"),
+    ("api_ord", pa.int64(), "rank of the exchange among its connection's of the same api_key and request_key"),
+    ("id_placeholders", pa.map_(pa.int32(), pa.string()),
+     "id slot -> placeholder (<producer_id#n>, <topic_id:NAME>...) of the trace-wide id numbering"),
+]
 V1_FIELDS = list(FIELDS)
 FIELDS = V1_FIELDS + FIELDS_V2
+V3_FIELDS = FIELDS + FIELDS_V3
 
-_COLUMNS_OF = {1: V1_FIELDS, 2: FIELDS}
+_COLUMNS_OF = {1: V1_FIELDS, 2: FIELDS, 3: V3_FIELDS}
 
 
 def schema(version: int = SCHEMA_VERSION) -> pa.Schema:

@@ -67,6 +67,10 @@ class RawExchange:
     response_frame: bytes | None = None  # as the broker sent it
     response_body: Any = None  # decoded on the forwarding path (address rewriting), else None
     addresses_rewritten: int = 0
+    # sizes as the client and broker sent them, when the frames above were redacted before
+    # the writer saw them (capture_spool: SaslAuthenticate); None: the frames' own lengths
+    request_size: int | None = None
+    response_size: int | None = None
 
 
 @dataclass
@@ -245,7 +249,7 @@ def _has_records(entity: Any) -> bool:
     return found
 
 
-def _redact_sasl(entity: Any) -> Any:
+def redact_sasl(entity: Any) -> Any:
     if entity is not None and hasattr(entity, "auth_bytes"):
         return dataclasses.replace(entity, auth_bytes=b"")
     return entity
@@ -439,11 +443,11 @@ class Extracted:
 # --- rows ------------------------------------------------------------------------------------
 
 
-def _frame_of_request(frame: bytes, header_size: int, body: Any) -> bytes:
+def frame_of_request(frame: bytes, header_size: int, body: Any) -> bytes:
     return frame[:header_size] + framing.encode_entity(body)
 
 
-def _frame_of_response(frame: bytes, body: Any, api_key: int, api_version: int) -> bytes:
+def frame_of_response(frame: bytes, body: Any, api_key: int, api_version: int) -> bytes:
     corr = struct.unpack_from(">i", frame, 0)[0]
     return framing.encode_response(body, corr, api_key, api_version)[4:]
 
@@ -467,7 +471,7 @@ def build_row(x: RawExchange, payloads: str) -> dict:
             except Exception as exc:
                 errors.append(f"response: {exc}")
     if sasl:
-        req_body, resp_body = _redact_sasl(req_body), _redact_sasl(resp_body)
+        req_body, resp_body = redact_sasl(req_body), redact_sasl(resp_body)
     ex = Extracted()
     try:
         ex.walk(req_body, "request")
@@ -481,7 +485,7 @@ def build_row(x: RawExchange, payloads: str) -> dict:
         if req_body is not None and _has_records(req_body):
             try:
                 req_body = _map_records(req_body, fn)
-                req_bytes = _frame_of_request(x.request_frame, header_size, req_body)
+                req_bytes = frame_of_request(x.request_frame, header_size, req_body)
             except Exception as exc:
                 errors.append(f"payloads: request: {exc}")
                 req_bytes = None
@@ -490,7 +494,7 @@ def build_row(x: RawExchange, payloads: str) -> dict:
         if resp_body is not None and _has_records(resp_body):
             try:
                 resp_body = _map_records(resp_body, fn)
-                resp_bytes = _frame_of_response(x.response_frame, resp_body, x.api_key, x.api_version)
+                resp_bytes = frame_of_response(x.response_frame, resp_body, x.api_key, x.api_version)
             except Exception as exc:
                 errors.append(f"payloads: response: {exc}")
                 resp_bytes = None
@@ -529,8 +533,9 @@ def build_row(x: RawExchange, payloads: str) -> dict:
         "api_version": x.api_version,
         "correlation_id": x.correlation_id,
         "status": x.status,
-        "request_size": len(x.request_frame),
-        "response_size": None if x.response_frame is None else len(x.response_frame),
+        "request_size": len(x.request_frame) if x.request_size is None else x.request_size,
+        "response_size": x.response_size if x.response_size is not None or x.response_frame is None
+        else len(x.response_frame),
         "addresses_rewritten": x.addresses_rewritten,
         "decode_error": "; ".join(errors) or None,
         "error_code": ex.top_error,

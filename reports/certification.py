@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from reports import outcome as _outcome
+from reports.client_suites import client_rows, client_section, summary_lines as client_summary_lines
 from reports.evidence import link_allure, non_passing, read_allure, timeline
 from reports.matrix import coverage, kip_rows, requirement_rows, with_expected_kips
 from reports.register_views import (
@@ -67,7 +68,7 @@ __all__ = [
 ]
 
 SCHEMA = "kipcheck-certification-report"
-SCHEMA_VERSION = 5  # 5: statement.evidence (the seal, reports/seal.py), kips[].out_of_scope, rows' target_down; 4: deviations.register[].flaky and .signature; 3: statement, self_checks, non_passing, timeline; outcome rules (reports/outcome.py)
+SCHEMA_VERSION = 6  # 6: clients (client libraries' own suites, reports/client_suites.py); 5: statement.evidence (the seal, reports/seal.py), kips[].out_of_scope, rows' target_down; 4: deviations.register[].flaky and .signature; 3: statement, self_checks, non_passing, timeline; outcome rules (reports/outcome.py)
 
 # Top-level keys of report.json; tests pin this set so schema changes are deliberate.
 REPORT_KEYS = (
@@ -87,6 +88,7 @@ REPORT_KEYS = (
     "timeline",
     "divergences",
     "deviations",
+    "clients",
     "tests_without_requirements",
     "uncatalogued_requirements",
     "problems",
@@ -94,7 +96,7 @@ REPORT_KEYS = (
 
 # Matrix rows the certification report always shows; one missing from the catalog gets
 # an empty "untested" row (and a problem) instead of silently disappearing.
-EXPECTED_KIPS = ("KIP-98", "KIP-447", "KIP-TXNRT", "KIP-932", "KIP-1289", "PROTO")
+EXPECTED_KIPS = ("KIP-98", "KIP-447", "KIP-848", "KIP-TXNRT", "KIP-932", "KIP-1289", "PROTO")
 
 
 def kipcheck_version() -> str:
@@ -135,7 +137,8 @@ def build_report(
     kips_out = kip_rows(cov.kips, requirements_out, specs, result, narrowed)
     decided = _outcome.name_kips(decided, kips_out, specs)
     targets_out = target_rows(results, specs, rows, problems)
-    deviations_out = deviation_section(rows, deviations, problems)
+    clients = client_rows(results.client_rows)
+    deviations_out = deviation_section(rows + clients, deviations, problems)
     run = dict(results.run)
     run.setdefault("wall_time_s", None)
     generated_at = _now_iso()
@@ -157,6 +160,7 @@ def build_report(
         "timeline": timeline(all_rows),
         "divergences": {"observed": observed_divergences(rows), "register": list(register or [])},
         "deviations": deviations_out,
+        "clients": client_section(clients),
         "tests_without_requirements": tests_without_requirements(cov.without_requirements),
         "uncatalogued_requirements": sorted(cov.uncatalogued),
         "problems": problems,
@@ -277,4 +281,4 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
         st = sc["tests"]
         out.append(f"self-checks (no target, not a certification): {sc['tests_total']} "
                    f"(pass {st['pass']}, fail {st['fail'] + st['error']})")
-    return out
+    return out + client_summary_lines(report.get("clients") or {"suites": [], "rows": []})

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from reports import charts
+from reports.client_suites import COUNT_KEYS, label as client_label
 from reports.certification import report_bytes
 from reports.register_views import UNCATALOGUED
 from reports.verdicts import EXPECTED_FAILURE, OUT_OF_SCOPE, REQ_VERDICTS, UNEXPECTED_PASS
@@ -132,6 +133,7 @@ def render_html(report: Mapping[str, Any], json_sha256: str | None = None) -> st
         _untested(report),
         _self_checks(report),
         _deviations(report),
+        _clients(report),
         _divergences(report),
         _problems(report),
         _run(report),
@@ -218,6 +220,7 @@ def _toc() -> str:
         ("untested", "Untested"),
         ("self-checks", "Self-checks"),
         ("deviations", "Known target deviations"),
+        ("clients", "Client libraries"),
         ("divergences", "Divergences"),
         ("run", "Run"),
     ]
@@ -704,6 +707,36 @@ def _deviations(report: Mapping[str, Any]) -> str:
         ))
     else:
         out.append('<p class="note">The deviation register is empty or missing.</p>')
+    return "".join(out)
+
+
+def _clients(report: Mapping[str, Any]) -> str:
+    """Client libraries' own suites (reports/client_suites.py): counts per suite and target,
+    then every row; a failing or errored row opens its output tail."""
+    c = report.get("clients") or {}
+    if not c.get("suites"):
+        return ('<h2 id="clients">Client libraries</h2><p class="note">No client library\'s own suite ran '
+                "(<code>kipcheck clients</code>, <code>certify --clients</code>; docs/clients.md).</p>")
+    out = ['<h2 id="clients">Client libraries</h2>',
+           '<p class="note">Client libraries\' own integration suites run against the targets '
+           "(docs/clients.md): outside evidence, no KIP verdict is computed from them. A client's skip "
+           "carries its own reason; a registered failure links to its deviation entry.</p>"]
+    out.append(_table(["suite", "target", *(k.replace("_", " ") for k in COUNT_KEYS), "time"], [
+        [f"{e(s['suite'])} {e(s['version'])}", f"<code>{e(s['target'])}</code>",
+         *(str(s["counts"][k]) for k in COUNT_KEYS), _fmt_s(s["duration_s"])] for s in c["suites"]],
+        num_cols=set(range(2, 2 + len(COUNT_KEYS) + 1))))
+    rows = []
+    for r in c.get("rows") or []:
+        dv = r.get("deviation") or {}
+        word = (f"({'registered' if dv['status'] == EXPECTED_FAILURE else 'unexpected pass'} {_dev_link(dv['id'])})"
+                if dv else "")
+        tail = (_fold("output", _val(r["output_tail"])) if r.get("output_tail") and r["verdict"] in ("fail", "error")
+                else "")
+        rows.append([f"<code>{e(r['nodeid'])}</code>", f"<code>{e(r['target'])}</code>",
+                     _badge(r["verdict"], client_label(r)) + (f" {word}" if word else ""),
+                     e(r.get("reason")) + tail, _fmt_s(r.get("duration_s"))])
+    out.append(_fold(f"{len(rows)} client-suite tests", _table(["test", "target", "verdict", "reason", "time"], rows),
+                     open_=any(r["verdict"] in ("fail", "error") for r in c.get("rows") or [])))
     return "".join(out)
 
 

@@ -33,9 +33,9 @@ def normalize_kip(kip: Any) -> str:
 
 
 def kip_sort_key(kip: str, status: str | None = None) -> tuple:
-    """Matrix row order: KIP-98, KIP-447, draft round-trip, KIP-932, KIP-1289, PROTO, rest."""
+    """Matrix row order: KIP-98, KIP-447, KIP-848, draft round-trip, KIP-932, KIP-1289, PROTO, rest."""
     k = kip.upper()
-    fixed = {"KIP-98": 0, "KIP-447": 1, "KIP-932": 3, "KIP-1289": 4}
+    fixed = {"KIP-98": 0, "KIP-447": 1, "KIP-848": 1, "KIP-932": 3, "KIP-1289": 4}
     if k in fixed:
         return (fixed[k], k)
     if status == "draft" or any(w in k for w in ("DRAFT", "ROUND", "TXNRT")):

@@ -19,7 +19,9 @@ from reports.verdicts import NO_TARGET, TEST_VERDICTS, deviation_of
 class Results:
     """Rows, target descriptions and run metadata read from a results directory; `requested`
     the targets the run was asked to certify (the matrix columns, in order); `seal` the
-    evidence seal the rows were checked against (None: the folder has none)."""
+    evidence seal the rows were checked against (None: the folder has none); `client_rows`
+    the rows of client libraries' own suites (client_suites/: no KIP verdict, a report
+    section of their own, reports/client_suites.py)."""
 
     def __init__(
         self,
@@ -29,6 +31,7 @@ class Results:
         problems: list[str] | None = None,
         requested: list[str] | None = None,
         seal: dict[str, Any] | None = None,
+        client_rows: list[dict[str, Any]] | None = None,
     ) -> None:
         self.rows = rows or []
         self.targets = targets or {}
@@ -36,6 +39,7 @@ class Results:
         self.problems = problems or []
         self.requested = requested or []
         self.seal = seal
+        self.client_rows = client_rows or []
 
 
 def read_results(results_dir: str | Path) -> Results:
@@ -47,6 +51,7 @@ def read_results(results_dir: str | Path) -> Results:
     seal = _seal.verified(d)
     problems: list[str] = [] if seal else [f"{_seal.SEAL_FILE} missing: {_seal.statement(None)['text']}"]
     rows: list[dict[str, Any]] = []
+    client_rows: list[dict[str, Any]] = []
     for f in sorted(d.glob("*.jsonl")) + sorted(d.glob("*.ndjson")):
         with open(f, encoding="utf-8") as fh:
             for n, line in enumerate(fh, 1):
@@ -58,7 +63,9 @@ def read_results(results_dir: str | Path) -> Results:
                 except json.JSONDecodeError as exc:
                     problems.append(f"{f.name}:{n}: unreadable result row ({exc.msg})")
                     continue
-                if isinstance(row, dict) and "verdict" in row:
+                if isinstance(row, dict) and "verdict" in row and row.get("client_suite"):
+                    client_rows.append(row)
+                elif isinstance(row, dict) and "verdict" in row:
                     # Each worker appends its rows in the order it ran them (timeline fallback).
                     row.setdefault("worker", f.stem.removeprefix("results-"))
                     rows.append(row)
@@ -78,7 +85,7 @@ def read_results(results_dir: str | Path) -> Results:
         # certify seals every folder it finishes; a certify folder without its seal had it removed
         raise _seal.SealError(f"{_seal.SEAL_FILE} is missing, but certify wrote this folder (run.json names the "
                               "targets it was asked to certify): its rows cannot be checked")
-    return Results(rows, targets, run, problems, requested, seal)
+    return Results(rows, targets, run, problems, requested, seal, client_rows)
 
 
 def _read_json(path: Path, problems: list[str], what: str) -> dict[str, Any]:

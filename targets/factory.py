@@ -27,6 +27,10 @@ def create_target(spec: TargetSpec | str) -> Target:
         from targets.kfake.provider import KfakeTarget  # per kind, on demand (see the reference line)
 
         return KfakeTarget(spec)
+    if spec.kind == "tansu":
+        from targets.tansu.provider import TansuTarget  # per kind, on demand (see the reference line)
+
+        return TansuTarget(spec)
     if spec.kind == "testcontainers":
         from targets.testcontainers_target import TestcontainersTarget  # per kind, on demand (see the reference line)
 

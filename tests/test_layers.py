@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 FLOORS: dict[str, int] = {
     "cli": 6,
     "chaos": 5, "benchmarks": 5,
-    "conformance": 4, "replay": 4,
+    "conformance": 4, "replay": 4, "client_suites": 4,
     "clients": 3, "checkers": 3,
     "targets": 2, "rules": 2, "reports": 2,
     "reference_impl": 1, "registers": 1,

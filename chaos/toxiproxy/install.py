@@ -14,6 +14,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from targets.cached_build import prefetch_main
 from targets.go_build import GoBuildError, built_once, cache_root, go_toolchain, run_go
 
 VERSION = "2.12.0"
@@ -54,14 +55,5 @@ def _build(root: Path, target: Path) -> None:
     tmp.replace(target)
 
 
-def main() -> int:
-    try:
-        print(ensure_server())
-    except GoBuildError as exc:
-        print(f"kipcheck: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(prefetch_main(ensure_server, GoBuildError))

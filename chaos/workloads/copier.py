@@ -40,15 +40,24 @@ REPO = Path(__file__).resolve().parents[2]
 COPIER_PROCESS = re.compile(r"copier-\d+")
 CLIENTS = {"confluent": ("confluent", "auto"), "reference-tv2": ("reference", "2"),
            "reference-tv1": ("reference", "1")}
+# None: the copier assign()s its partitions (no membership, default group metadata);
+# classic / consumer: it subscribes as a group member and its offsets are fenced by the
+# generation or the KIP-848 member epoch (issue 28).
+GROUP_PROTOCOLS = (None, "classic", "consumer")
 
 
 class CopierWorkload:
     name = "copier"
 
     def __init__(self, seed: int, partitions: int = 3, feed_rate: float = 40.0, max_records: int = 600,
-                 client: str = "confluent", workdir: Path | None = None) -> None:
+                 client: str = "confluent", workdir: Path | None = None, group_protocol: str | None = None) -> None:
         if client not in CLIENTS:
             raise ValueError(f"copier client must be one of {', '.join(CLIENTS)}, got {client!r}")
+        if group_protocol not in GROUP_PROTOCOLS:
+            raise ValueError(f"copier group protocol must be classic, consumer or None, got {group_protocol!r}")
+        if group_protocol is not None and CLIENTS[client][0] != "confluent":
+            raise ValueError("a copier group protocol needs the confluent client (the reference consumer only assigns)")
+        self.group_protocol = group_protocol
         self.seed, self.partitions, self.feed_rate = seed, partitions, feed_rate
         self.max_records, self.client = max_records, client
         tag = f"{seed}-{random.Random(seed).randrange(1 << 30):x}"
@@ -133,7 +142,8 @@ class CopierWorkload:
                "--transactional-id", self.tid, "--history", str(self.copier_history), "--process", process,
                "--client", client, "--transaction-version", tv, "--max-batch", "10",
                "--txn-pause-ms", "10", "--idle-exit-s", str(idle_exit_s),
-               "--transaction-timeout-ms", "10000", *extra]
+               "--transaction-timeout-ms", "10000", *extra,
+               *(["--group-protocol", self.group_protocol] if self.group_protocol else [])]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
         with self._proc_lock, (self.workdir / f"{process}.stderr").open("w") as err:
             if self._torn_down:  # the run is being stopped at once: start nothing

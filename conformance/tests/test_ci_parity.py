@@ -32,7 +32,7 @@ def test_suite_args_name_the_readme_targets():
     targets = [args[i + 1] for i, a in enumerate(args) if a == "--target"]
     assert targets == ["reference", "reference:nodes=3", "librdkafka-mock:nodes=3", "kfake"]
     scoped = [args[i + 1] for i, a in enumerate(args) if a == "--scoped-target"]
-    assert scoped == ["kafka-native", "kafka-native:security=sasl_ssl", "kafka-native:authorizer=standard",
+    assert scoped == ["kafka-native", "kafka-native:nodes=3", "kafka-native:security=sasl_ssl", "kafka-native:authorizer=standard",
                       "reference:authorizer=standard", "kafka-native:4.1", "kafka-native:3.9", "testcontainers",
                       "testcontainers:nodes=3"]
     readme = (REPO / "README.md").read_text()

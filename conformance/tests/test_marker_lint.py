@@ -43,9 +43,12 @@ class Offender:
 
 
 def _requirement_ids(decorators: list[ast.expr]) -> list[str]:
+    """Ids of `@pytest.mark.requirement(...)` and of kip447's `@both_protocols(...)` (the ids its
+    consumer-protocol half claims)."""
     ids = []
     for d in decorators:
-        if isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) and d.func.attr == "requirement":
+        if isinstance(d, ast.Call) and (isinstance(d.func, ast.Attribute) and d.func.attr == "requirement"
+                                        or isinstance(d.func, ast.Name) and d.func.id == "both_protocols"):
             ids += [a.value for a in d.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
     return ids
 

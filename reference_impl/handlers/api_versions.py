@@ -49,12 +49,14 @@ def handle_api_versions(ctx: RequestContext, request) -> object:
 
 
 def unsupported_version_response(correlation_id: int) -> bytes:
-    """Kafka's answer to an ApiVersions version it does not know: a v0 body with
-    UNSUPPORTED_VERSION and the supported ranges, so the client can downgrade."""
+    """Kafka's answer to an ApiVersions version it does not know (KIP-511,
+    ApiVersionsRequest.getErrorResponse): a v0 body with UNSUPPORTED_VERSION listing only
+    ApiVersions' own range, the version the client retries with (franz-go reads the first
+    entry as that version and refuses a list that starts with another api)."""
     body = ApiVersionsResponseV0(
         error_code=ErrorCode.unsupported_version,
         api_keys=tuple(
-            ApiVersionV0(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in advertised_versions()
+            ApiVersionV0(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in advertised_versions() if k == API_KEY
         ),
     )
     return framing.encode_response(body, correlation_id, API_KEY, 0)

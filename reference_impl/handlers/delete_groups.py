@@ -2,7 +2,8 @@
 
 A share group id (KIP-932) goes to `state.share_groups`: NON_EMPTY_GROUP while it has
 members, else its records are tombstoned and its share-partition state is deleted from the
-share coordinator (DeleteShareGroupState), as Kafka does.
+share coordinator (DeleteShareGroupState), as Kafka does. A consumer group (KIP-848) is
+deleted by `state.groups` like a classic one: NON_EMPTY_GROUP while it has members.
 """
 
 from __future__ import annotations

@@ -1,24 +1,23 @@
 """DescribeGroups (key 15), v0-v6. A missing group reads as Dead; v6 adds GROUP_ID_NOT_FOUND.
 
-A share group id (KIP-932) is not a classic group: Dead (v0-v5) or GROUP_ID_NOT_FOUND
-"Group g is not a classic group." (v6), as kafka-native 4.2.1 and 4.4.0 answer.
+A share group id (KIP-932) or a consumer group id of the new protocol (KIP-848) is not a
+classic group: Dead (v0-v5) or GROUP_ID_NOT_FOUND "Group g is not a classic group." (v6), as
+kafka-native 4.2.1 and 4.4.0 answer for share groups (Kafka's describeGroups only describes
+ClassicGroup; consumer groups are read with ConsumerGroupDescribe).
 """
 
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from reference_impl.handlers._group_common import NO_THROTTLE, is_coordinator
+from reference_impl.handlers._group_common import (
+    AUTHORIZED_OPERATIONS_OMITTED, GROUP_AUTHORIZED_OPERATIONS, NO_THROTTLE, is_coordinator,
+)
 from reference_impl.handlers.registry import RequestContext, handles
-from reference_impl.model.acls import Operation, operations_bitfield
 from reference_impl.protocol import payloads
 from reference_impl.protocol.api_keys import ApiKey
 
 API_KEY = ApiKey.DESCRIBE_GROUPS
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
-# Without an authorizer every group operation is allowed.
-GROUP_AUTHORIZED_OPERATIONS = operations_bitfield((
-    Operation.READ, Operation.DELETE, Operation.DESCRIBE, Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS))
 
 
 def _error_group(ctx: RequestContext, group_id: str, error: ErrorCode, state: str = "", message=None) -> object:
@@ -36,11 +35,11 @@ def handle_describe_groups(ctx: RequestContext, request) -> object:
         if not is_coordinator(ctx, group_id):
             described.append(_error_group(ctx, group_id, ErrorCode.not_coordinator))
             continue
-        is_share = ctx.state.share_groups.group_type(group_id) is not None
-        d = None if is_share else ctx.state.groups.describe_group(group_id)
+        other_type = ctx.state.group_type(group_id) not in (None, "classic")
+        d = None if other_type else ctx.state.groups.describe_group(group_id)
         if d is None:
             if ctx.api_version >= 6:
-                message = f"Group {group_id} is not a classic group." if is_share else f"Group {group_id} not found."
+                message = f"Group {group_id} is not a classic group." if other_type else f"Group {group_id} not found."
                 described.append(_error_group(ctx, group_id, ErrorCode.group_id_not_found, "Dead", message))
             else:
                 described.append(_error_group(ctx, group_id, ErrorCode.none, "Dead"))

@@ -2,7 +2,11 @@
 share-partition's state.
 
 Every key type is placed by `ReferenceState.coordinator_for(key)`. v0-v3 carry one
-key; v4+ batch keys (KIP-699) and answer per key.
+key; v4+ batch keys (KIP-699) and answer per key. As in Kafka, a key type's first
+lookup creates its coordinator's internal topic (`__consumer_offsets`,
+`__transaction_state`, `__share_group_state`), which clients then see in Metadata;
+Kafka answers that first lookup COORDINATOR_NOT_AVAILABLE while the topic is created,
+the reference places the key at once (clients retry that error either way).
 
 Share coordinator keys (key type 2, KIP-932) follow Kafka 4.x's rules (checked on
 kafka-native 4.2.1 and 4.4.0): below v6 every key is INVALID_REQUEST; from v6 a key must
@@ -25,11 +29,13 @@ from kio.schema.errors import ErrorCode
 from reference_impl.handlers._group_common import NO_THROTTLE
 from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.model.share_state_records import kafka_uuid_str
+from reference_impl.model.topics import CONSUMER_OFFSETS, SHARE_GROUP_STATE, TRANSACTION_STATE
 from reference_impl.protocol import payloads
 from reference_impl.protocol.api_keys import ApiKey
 
 API_KEY = ApiKey.FIND_COORDINATOR
 GROUP, TRANSACTION, SHARE = 0, 1, 2
+COORDINATOR_TOPIC = {GROUP: CONSUMER_OFFSETS, TRANSACTION: TRANSACTION_STATE, SHARE: SHARE_GROUP_STATE}
 
 # Errors.message() of the codes this handler returns (Kafka's text; NONE reads "NONE").
 _MESSAGES = {
@@ -75,6 +81,7 @@ def _locate(ctx: RequestContext, key_type: int, key: str) -> tuple[ErrorCode, in
         key = canonical
     elif key_type not in (GROUP, TRANSACTION):
         return ErrorCode.invalid_request, -1, "", -1
+    ctx.state.topics.ensure_internal(COORDINATOR_TOPIC[key_type])
     node_id = ctx.state.coordinator_for(key)
     endpoint = ctx.state.nodes.get(node_id)
     if endpoint is None or node_id not in ctx.state.alive:

@@ -1,7 +1,8 @@
 """ListGroups (key 16), v0-v5: the groups this node coordinates; v4 filters states, v5 types.
 
-Classic groups come from `state.groups`, share groups (KIP-932) from `state.share_groups`;
-both are listed at every version (a share group reads protocol type "share", type "share").
+Classic and consumer (KIP-848) groups come from `state.groups`, share groups (KIP-932) from
+`state.share_groups`; all are listed at every version (a share group reads protocol type
+"share", type "share"; a consumer group protocol type "consumer", type "consumer").
 Type and state filters are case-insensitive, as in Kafka.
 """
 

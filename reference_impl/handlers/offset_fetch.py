@@ -10,6 +10,10 @@ group coordinator); the other partitions of the same request are answered normal
 Without it (and below v7, which has no such field) the last committed offset is returned
 and pending transactional offsets are invisible. A fetch of all partitions (topics null)
 lists committed partitions only, as Kafka's fetchAllOffsets.
+
+v9 (KIP-848) carries the member id and epoch of a consumer-protocol member: a consumer group
+answers UNKNOWN_MEMBER_ID or STALE_MEMBER_EPOCH at group level when they do not match
+(null id with epoch -1: an admin client, always accepted); classic groups ignore them.
 """
 
 from __future__ import annotations
@@ -26,11 +30,13 @@ from reference_impl.protocol.api_keys import ApiKey
 API_KEY = ApiKey.OFFSET_FETCH
 
 
-def _fetch(ctx: RequestContext, group_id: str, topics, require_stable: bool) -> OffsetFetchResult:
+def _fetch(ctx: RequestContext, group_id: str, topics, require_stable: bool,
+           member_id: str | None = None, member_epoch: int = -1) -> OffsetFetchResult:
     if not is_coordinator(ctx, group_id):
         return OffsetFetchResult(ErrorCode.not_coordinator)
     wanted = None if topics is None else [(t.name, [int(i) for i in t.partition_indexes]) for t in topics]
-    return ctx.state.groups.fetch_offsets(group_id, wanted, require_stable=require_stable)
+    return ctx.state.groups.fetch_offsets(
+        group_id, wanted, require_stable=require_stable, member_id=member_id, member_epoch=member_epoch)
 
 
 @handles(API_KEY, 1, 9)
@@ -40,7 +46,8 @@ def handle_offset_fetch(ctx: RequestContext, request) -> object:
     if v >= 8:
         groups = []
         for g in request.groups:
-            r = _fetch(ctx, g.group_id, g.topics, require_stable)
+            r = _fetch(ctx, g.group_id, g.topics, require_stable,
+                       payloads.get(g, "member_id"), int(payloads.get(g, "member_epoch", -1)))
             groups.append(ctx.nested(
                 "OffsetFetchResponseGroup",
                 group_id=g.group_id,

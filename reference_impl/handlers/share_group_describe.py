@@ -20,30 +20,15 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from reference_impl.handlers._authz import Op, Res, authorized
-from reference_impl.handlers._group_common import NOT_COORDINATOR_MESSAGE, NO_THROTTLE, is_coordinator
-from reference_impl.handlers.describe_groups import AUTHORIZED_OPERATIONS_OMITTED, GROUP_AUTHORIZED_OPERATIONS
+from reference_impl.handlers._group_common import (
+    AUTHORIZED_OPERATIONS_OMITTED, GROUP_AUTHORIZED_OPERATIONS, NO_THROTTLE, NOT_COORDINATOR_MESSAGE,
+    described_assignment, described_group_error, is_coordinator,
+)
 from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.protocol.api_keys import ApiKey
 
 API_KEY = ApiKey.SHARE_GROUP_DESCRIBE
 HIDDEN_TOPICS_MESSAGE = "The group has described topic(s) that the client is not authorized to describe."
-
-
-def _error_group(ctx: RequestContext, group_id: str, error: ErrorCode, message: str | None = None) -> Any:
-    return ctx.nested(
-        "DescribedGroup", error_code=error, error_message=message, group_id=group_id, group_state="",
-        group_epoch=0, assignment_epoch=0, assignor_name="", members=(),
-        authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
-    )
-
-
-def _assignment(ctx: RequestContext, partitions) -> Any:
-    topics = ctx.state.topics
-    return ctx.nested("Assignment", topic_partitions=tuple(
-        ctx.nested("TopicPartitions", topic_id=topic_id, topic_name=topics.name_for_id(topic_id) or "",
-                   partitions=tuple(ps))
-        for topic_id, ps in partitions
-    ))
 
 
 def _topics_describable(ctx: RequestContext, members: Any) -> bool:
@@ -58,25 +43,25 @@ def _topics_describable(ctx: RequestContext, members: Any) -> bool:
 def handle_share_group_describe(ctx: RequestContext, request) -> object:
     if not ctx.state.config.share_groups_enabled:
         return ctx.response(throttle_time=NO_THROTTLE, groups=tuple(
-            _error_group(ctx, g, ErrorCode.unsupported_version) for g in request.group_ids
+            described_group_error(ctx, g, ErrorCode.unsupported_version) for g in request.group_ids
         ))
     include_ops = bool(request.include_authorized_operations)
     invalid = [g for g in request.group_ids if not g]
     valid = [g for g in request.group_ids if g]
-    described = [_error_group(ctx, g or "", ErrorCode.invalid_group_id) for g in invalid]
+    described = [described_group_error(ctx, g or "", ErrorCode.invalid_group_id) for g in invalid]
     for group_id in valid:
         if not authorized(ctx, Op.DESCRIBE, Res.GROUP, group_id):
-            described.append(_error_group(ctx, group_id, ErrorCode.group_authorization_failed))
+            described.append(described_group_error(ctx, group_id, ErrorCode.group_authorization_failed))
             continue
         if not is_coordinator(ctx, group_id):
-            described.append(_error_group(ctx, group_id, ErrorCode.not_coordinator, NOT_COORDINATOR_MESSAGE))
+            described.append(described_group_error(ctx, group_id, ErrorCode.not_coordinator, NOT_COORDINATOR_MESSAGE))
             continue
         (d,) = ctx.state.share_groups.describe([group_id], ctx.now_ms)
         if d.error != ErrorCode.none:
-            described.append(_error_group(ctx, group_id, d.error, d.error_message))
+            described.append(described_group_error(ctx, group_id, d.error, d.error_message))
             continue
         if not _topics_describable(ctx, d.members):
-            described.append(_error_group(ctx, group_id, ErrorCode.topic_authorization_failed, HIDDEN_TOPICS_MESSAGE))
+            described.append(described_group_error(ctx, group_id, ErrorCode.topic_authorization_failed, HIDDEN_TOPICS_MESSAGE))
             continue
         described.append(ctx.nested(
             "DescribedGroup",
@@ -92,7 +77,7 @@ def handle_share_group_describe(ctx: RequestContext, request) -> object:
                     "Member", member_id=m.member_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
                     client_id=m.client_id, client_host=m.client_host,
                     subscribed_topic_names=tuple(m.subscribed_topic_names),
-                    assignment=_assignment(ctx, m.assignment),
+                    assignment=described_assignment(ctx, m.assignment),
                 )
                 for m in d.members
             ),

@@ -20,13 +20,13 @@ next heartbeat after the join.
 
 from __future__ import annotations
 
-import datetime
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from reference_impl.handlers._authz import Op, Res, authorized
-from reference_impl.handlers._group_common import NO_THROTTLE, client_host, is_coordinator
+from reference_impl.handlers._group_common import (
+    client_host, heartbeat_error, heartbeat_refusal, heartbeat_response,
+)
 from reference_impl.handlers.registry import RequestContext, handles
 from reference_impl.model.share_group import JOIN_GROUP_MEMBER_EPOCH, LEAVE_GROUP_MEMBER_EPOCH
 from reference_impl.protocol.api_keys import ApiKey
@@ -56,35 +56,12 @@ def request_error(request: Any) -> tuple[ErrorCode, str | None] | None:
     return None
 
 
-def authorization_error(ctx: RequestContext, request: Any) -> ErrorCode | None:
-    """KafkaApis.handleShareGroupHeartbeatRequest: READ on the group, then (Kafka, not the
-    KIP's table: DIV-93220) DESCRIBE on every subscribed topic."""
-    if not authorized(ctx, Op.READ, Res.GROUP, request.group_id or ""):
-        return ErrorCode.group_authorization_failed
-    if any(not authorized(ctx, Op.DESCRIBE, Res.TOPIC, t) for t in request.subscribed_topic_names or ()):
-        return ErrorCode.topic_authorization_failed
-    return None
-
-
-def _error(ctx: RequestContext, error: ErrorCode, message: str | None = None) -> Any:
-    return ctx.response(
-        throttle_time=NO_THROTTLE, error_code=error, error_message=message, member_id=None,
-        member_epoch=0, heartbeat_interval=datetime.timedelta(0), assignment=None,
-    )
-
-
 @handles(API_KEY, 1, 1)
 def handle_share_group_heartbeat(ctx: RequestContext, request) -> object:
-    if not ctx.state.config.share_groups_enabled:
-        return _error(ctx, ErrorCode.unsupported_version)
-    refused = authorization_error(ctx, request)
-    if refused is not None:
-        return _error(ctx, refused)
-    invalid = request_error(request)
-    if invalid is not None:
-        return _error(ctx, *invalid)
-    if not is_coordinator(ctx, request.group_id):
-        return _error(ctx, ErrorCode.not_coordinator)
+    refusal = heartbeat_refusal(ctx, request, ctx.state.config.share_groups_enabled,
+                                lambda: request_error(request), request.group_id)
+    if refusal is not None:
+        return refusal
     subscribed = request.subscribed_topic_names
     result = ctx.state.share_groups.heartbeat(
         request.group_id,
@@ -98,19 +75,5 @@ def handle_share_group_heartbeat(ctx: RequestContext, request) -> object:
         api_version=ctx.api_version,
     )
     if result.error != ErrorCode.none:
-        return _error(ctx, result.error, result.error_message)
-    assignment = None
-    if result.assignment is not None:
-        assignment = ctx.nested("Assignment", topic_partitions=tuple(
-            ctx.nested("TopicPartitions", topic_id=topic_id, partitions=tuple(partitions))
-            for topic_id, partitions in result.assignment
-        ))
-    return ctx.response(
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
-        error_message=None,
-        member_id=result.member_id,
-        member_epoch=result.member_epoch,
-        heartbeat_interval=datetime.timedelta(milliseconds=result.heartbeat_interval_ms),
-        assignment=assignment,
-    )
+        return heartbeat_error(ctx, result.error, result.error_message)
+    return heartbeat_response(ctx, result, result.assignment)

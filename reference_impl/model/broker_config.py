@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from reference_impl.model import txn_roundtrip
 from reference_impl.model.acls import AuthorizerConfig
+from reference_impl.model.consumer_group import ConsumerGroupConfig
 from reference_impl.model.seeded_bugs import NO_BUGS, SeededBugs
 from reference_impl.model.share_partition_config import SharePartitionConfig
 from reference_impl.model.transaction_config import TransactionConfig
@@ -35,6 +36,8 @@ class BrokerConfig:
     producer_id_expiration_ms: int = 86_400_000  # producer.id.expiration.ms
     producer_id_expiration_check_interval_ms: int = 600_000
     transaction: TransactionConfig = field(default_factory=TransactionConfig)
+    # group.consumer.* (KIP-848 consumer groups), Kafka 4.x defaults.
+    consumer_group: ConsumerGroupConfig = field(default_factory=ConsumerGroupConfig)
     # Share groups (KIP-932), Kafka 4.2 names and defaults.
     group_share_session_timeout_ms: int = 45_000  # group.share.session.timeout.ms
     group_share_heartbeat_interval_ms: int = 5_000  # group.share.heartbeat.interval.ms
@@ -50,7 +53,7 @@ class BrokerConfig:
     # Kafka 4.2 finalizes (share groups on); 0 turns the share-group APIs off
     # (UNSUPPORTED_VERSION), as on a cluster that did not enable them.
     finalized_features: dict[str, int] = field(
-        default_factory=lambda: {"transaction.version": 2, "share.version": 1}
+        default_factory=lambda: {"transaction.version": 2, "share.version": 1, "group.version": 1}
     )
     # Feature ranges the broker supports: name -> (min, max). share.version 2 is KIP-1289
     # (TxnShareAcknowledge): supported, finalized only when configured or raised by
@@ -58,6 +61,8 @@ class BrokerConfig:
     supported_features: dict[str, tuple[int, int]] = field(
         default_factory=lambda: {
             "transaction.version": (0, 2), "share.version": (0, 2),
+            # group.version 1 (Kafka 4.0+ default) turns on the KIP-848 consumer group protocol.
+            "group.version": (0, 1),
             # The draft round-trip KIP's blocking add (docs/txn-roundtrip.md): never finalized
             # by default, so the reference behaves as Kafka unless a test raises it.
             txn_roundtrip.FEATURE: txn_roundtrip.SUPPORTED,
@@ -70,6 +75,11 @@ class BrokerConfig:
     # authorizer.class.name / super.users and the SASL/PLAIN users of the listener; off by
     # default (reference:authorizer=standard turns it on, model/acls.py).
     authorizer: AuthorizerConfig = field(default_factory=AuthorizerConfig)
+
+    @property
+    def consumer_groups_enabled(self) -> bool:
+        """Kafka's isConsumerGroupProtocolEnabled: group.version >= 1 is finalized."""
+        return int(self.finalized_features.get("group.version", 0)) >= 1
 
     @property
     def share_groups_enabled(self) -> bool:

@@ -55,6 +55,7 @@ class ReferenceState:
         self.groups = GroupCoordinator(sorted(self.nodes), clock, self.config)
         # Dynamic group configs (IncrementalAlterConfigs on the GROUP resource).
         self.group_configs = GroupConfigs(GroupConfigBounds(self.config.share_partition))
+        self.groups.consumer.group_config = self.group_configs.get  # consumer.session.timeout.ms, ...
         # The share coordinator's persister state (`__share_group_state` semantics).
         self.share_coordinator = ShareCoordinator(
             clock, ShareCoordinatorConfig(seeded_bugs=self.config.seeded_bugs), topic_exists=topic_exists_in(self.topics))
@@ -73,11 +74,12 @@ class ReferenceState:
             clock,
             self.config,
             self.topics,
-            other_group_type=lambda group_id: "classic" if group_id in self.groups.groups else None,
+            other_group_type=self.groups.group_type,
             group_config=self.group_configs.get,
             persister=self.share_coordinator,
             on_state_reset=self.share_partitions.forget_group_topic,
         )
+        self.groups.other_group_type = self.share_groups.group_type  # one group-id namespace
         self.producer_ids = ProducerIdManager()
         self.transactions = TransactionCoordinator(
             sorted(self.nodes), clock, self.config, self.topics, self.groups, producer_ids=self.producer_ids
@@ -110,12 +112,10 @@ class ReferenceState:
         return ids[start]
 
     def group_type(self, group_id: str) -> str | None:
-        """Which coordinator owns a group id: "share", "classic", or None (no such group)."""
+        """Which coordinator owns a group id: "share", "classic", "consumer", or None."""
         if self.share_groups.group_type(group_id) is not None:
             return "share"
-        if group_id in self.groups.groups:
-            return "classic"
-        return None
+        return self.groups.group_type(group_id)
 
     def tick(self) -> None:
         """Fire due timers (session timeouts, rebalance deadlines, ...)."""

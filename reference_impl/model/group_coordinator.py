@@ -14,6 +14,12 @@ handler waits for `pending.done`. A parked request that Kafka would never answer
 (superseded by a newer request of the same member, or left behind by a removed member)
 is completed with `NO_RESPONSE`.
 
+Consumer groups of the new protocol (KIP-848) live in `self.consumer`
+(consumer_group.ConsumerGroups) and share the group-id namespace and the offsets store:
+the (Txn)OffsetCommit and OffsetFetch checks of a consumer group are its member epochs.
+An empty group of one protocol gives its id to the first member of the other (its offsets
+stay); a non-empty one is refused (docs/consumer-groups.md).
+
 Placement (NOT_COORDINATOR) is decided by the handlers through
 `ReferenceState.coordinator_for`; the model coordinates every group it is given.
 """
@@ -42,6 +48,7 @@ from reference_impl.model.classic_group import (
 from reference_impl.model import seeded_bugs as bugs
 from reference_impl.model.broker_config import BrokerConfig
 from reference_impl.model.clock import Clock
+from reference_impl.model.consumer_group import CONSUMER_GROUP_TYPE, CONSUMER_PROTOCOL_TYPE, ConsumerGroups
 from reference_impl.model.seeded_bugs import SeededBugs
 from reference_impl.model.offset_store import NO_METADATA, INVALID_OFFSET, OffsetAndMetadata, OffsetStore
 from reference_impl.model.java_hash import partition_for_key
@@ -166,6 +173,37 @@ class GroupCoordinator:
         # (offsets partition, producer id) -> the producer's epoch there, as a partition's
         # producer state keeps it (TxnOffsetCommit appends and transaction markers set it).
         self._txn_producer_epochs: dict[tuple[int, int], int] = {}
+        # Group types kept elsewhere (share groups): group id -> "share", or None.
+        self.other_group_type: Callable[[str], str | None] = lambda _group_id: None
+        self.consumer = ConsumerGroups(
+            clock, config.consumer_group, config.seeded_bugs,
+            other_group_type=self._non_consumer_type,
+            drop_empty_classic=self._drop_empty_classic,
+            id_factory=id_factory,
+        )
+
+    # -- group types (one namespace) -------------------------------------------------
+
+    def group_type(self, group_id: str) -> str | None:
+        """"classic", "consumer" or None for the groups this coordinator keeps."""
+        if group_id in self.groups:
+            return CLASSIC_GROUP_TYPE
+        if self.consumer.group(group_id) is not None:
+            return CONSUMER_GROUP_TYPE
+        return None
+
+    def _non_consumer_type(self, group_id: str) -> str | None:
+        return CLASSIC_GROUP_TYPE if group_id in self.groups else self.other_group_type(group_id)
+
+    def _drop_empty_classic(self, group_id: str) -> bool:
+        """A consumer-protocol member takes over an empty classic group's id (Kafka's
+        maybeDeleteEmptyClassicGroup): the group record goes, its offsets stay."""
+        group = self.groups.get(group_id)
+        if group is None or not group.is_in(GroupState.EMPTY):
+            return False
+        del self.groups[group_id]
+        group.transition_to(GroupState.DEAD, self.clock.now_ms())
+        return True
 
     # -- configuration -------------------------------------------------------------
 
@@ -276,6 +314,7 @@ class GroupCoordinator:
         """Fire every due timer; run offset expiration every retention check interval."""
         for group in list(self.groups.values()):
             self._run_due(group, now_ms)
+        self.consumer.tick(now_ms)
         if now_ms >= self._next_cleanup_ms:
             self._next_cleanup_ms = now_ms + self._retention_check_interval_ms
             self.cleanup_group_metadata(now_ms)
@@ -318,6 +357,13 @@ class GroupCoordinator:
         A missing group is created as a simple (protocol-less, Empty) group when the
         generation is negative, as Kafka does for admin and manually assigned consumers.
         """
+        if self.other_group_type(group_id) is not None:
+            return ErrorCode.group_id_not_found  # a share group's id (ShareGroup.validateOffsetCommit)
+        consumer_group = self.consumer.group(group_id)
+        if consumer_group is not None:
+            return self.consumer.validate_offset_commit(
+                consumer_group, member_id, generation_id, group_instance_id,
+                is_transactional=is_transactional, api_version=api_version)
         group, now = self._begin(group_id)
         if group is None:
             if generation_id < 0:
@@ -351,6 +397,17 @@ class GroupCoordinator:
             group_id, generation_id, member_id, group_instance_id, is_transactional=True
         )
 
+    def _stale_partitions(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
+                          entries: Sequence[OffsetCommitEntry], *,
+                          is_transactional: bool) -> dict[tuple[str, int], ErrorCode]:
+        """Per-partition epoch refusals of a consumer group (KIP-1251); none for classic groups."""
+        consumer_group = self.consumer.group(group_id)
+        if consumer_group is None:
+            return {}
+        return self.consumer.stale_partitions(
+            consumer_group, member_id, generation_id, [(e.topic, e.partition) for e in entries], group_instance_id,
+            is_transactional=is_transactional)
+
     def _create_group(self, group_id: str, now: int) -> ClassicGroup:
         group = ClassicGroup(group_id, state_timestamp_ms=now)
         self.groups[group_id] = group
@@ -380,6 +437,10 @@ class GroupCoordinator:
             self.config.group_min_session_timeout_ms <= session_timeout_ms <= self.config.group_max_session_timeout_ms
         ):
             return _done(JoinResult(ErrorCode.invalid_session_timeout, member_id=member_id))
+        if self.consumer.group(group_id) is not None and not self.consumer.drop_if_empty(group_id):
+            # Kafka 4.x lets classic members into a consumer group (mixed groups); the
+            # reference does not model them and refuses (docs/consumer-groups.md, DEV-212).
+            return _done(JoinResult(ErrorCode.inconsistent_group_protocol, member_id=member_id))
 
         group, now = self._begin(group_id)
         is_unknown = member_id == UNKNOWN_MEMBER_ID
@@ -829,13 +890,18 @@ class GroupCoordinator:
         if error is not None:
             return [error] * len(entries)
         group, now = self._begin(group_id)
-        assert group is not None
-        if group.is_in(GroupState.STABLE, GroupState.PREPARING_REBALANCE) and group.has_member(member_id):
+        if group is not None and group.is_in(GroupState.STABLE, GroupState.PREPARING_REBALANCE) \
+                and group.has_member(member_id):
             # A classic member's commit also keeps its session alive.
             self._schedule_heartbeat(group.member(member_id), now)
         expire = None if retention_time_ms == -1 else now + retention_time_ms
+        stale = self._stale_partitions(group_id, generation_id, member_id, group_instance_id, entries,
+                                       is_transactional=False)
         errors: list[ErrorCode] = []
         for entry in entries:
+            if (entry.topic, entry.partition) in stale:
+                errors.append(stale[(entry.topic, entry.partition)])
+                continue
             if entry.metadata is not None and len(entry.metadata) > self._metadata_max_bytes:
                 errors.append(ErrorCode.offset_metadata_too_large)
                 continue
@@ -861,11 +927,22 @@ class GroupCoordinator:
         topics: Sequence[tuple[str, Sequence[int]]] | None,
         *,
         require_stable: bool = False,
+        member_id: str | None = None,
+        member_epoch: int = -1,
     ) -> OffsetFetchResult:
-        """OffsetFetch for one group; `topics=None` asks for every committed partition."""
+        """OffsetFetch for one group; `topics=None` asks for every committed partition.
+        A consumer group checks the member id and epoch of v9+ (UNKNOWN_MEMBER_ID,
+        STALE_MEMBER_EPOCH); a classic group ignores them, as Kafka's ClassicGroup does."""
+        consumer_group = self.consumer.group(group_id)
+        if consumer_group is not None:
+            error = self.consumer.validate_offset_fetch(consumer_group, member_id, member_epoch)
+            if error is not None:
+                return OffsetFetchResult(error)
         group, _now = self._begin(group_id)
-        exists = group is not None and not group.is_in(GroupState.DEAD)
+        exists = consumer_group is not None or (group is not None and not group.is_in(GroupState.DEAD))
         require_stable = require_stable and not self.seeded_bugs.has(bugs.REQUIRE_STABLE_IGNORED)
+        if consumer_group is not None and member_id:
+            require_stable = require_stable and not self.seeded_bugs.has(bugs.MEMBER_OFFSET_FETCH_IGNORES_REQUIRE_STABLE)
         missing = 0 if self.seeded_bugs.has(bugs.OFFSET_FETCH_MISSING_IS_ZERO) else INVALID_OFFSET
 
         def unstable(partition: int) -> PartitionOffset:
@@ -926,10 +1003,13 @@ class GroupCoordinator:
         if error is not None:
             return [error] * len(offsets)
         now = self.clock.now_ms()
+        stale = self._stale_partitions(group_id, generation_id, member_id, group_instance_id, offsets,
+                                       is_transactional=True)
         errors = [
-            ErrorCode.offset_metadata_too_large
-            if entry.metadata is not None and len(entry.metadata) > self._metadata_max_bytes
-            else ErrorCode.none
+            stale.get((entry.topic, entry.partition))
+            or (ErrorCode.offset_metadata_too_large
+                if entry.metadata is not None and len(entry.metadata) > self._metadata_max_bytes
+                else ErrorCode.none)
             for entry in offsets
         ]
         if ErrorCode.none not in errors:
@@ -1038,6 +1118,13 @@ class GroupCoordinator:
                 # Only the group record is tombstoned here (its committed offsets already
                 # expired); pending transactional offsets survive, as in Kafka.
                 self._delete_group(group_id, now_ms, delete_offsets=False)
+        for group_id, consumer_group in list(self.consumer.groups.items()):
+            # A consumer group's offsets age from their commit (ConsumerGroup's expiration
+            # condition); offsets of topics its members subscribe to never expire.
+            expired = self._expire_offsets(group_id, lambda o: o.commit_timestamp_ms, consumer_group.is_subscribed_to,
+                                           now_ms)
+            if expired and self.consumer.delete(group_id) == ErrorCode.none:
+                self._delete_group(group_id, now_ms, delete_offsets=False)
 
     def _cleanup_expired_offsets(self, group: ClassicGroup, now: int) -> bool:
         group_id = group.group_id
@@ -1053,9 +1140,14 @@ class GroupCoordinator:
                 return False
         else:
             base = lambda o: o.commit_timestamp_ms  # noqa: E731
+        return self._expire_offsets(group_id, base, group.is_subscribed_to, now)
+
+    def _expire_offsets(self, group_id: str, base: Callable[[OffsetAndMetadata], int],
+                        is_subscribed_to: Callable[[str], bool], now: int) -> bool:
+        """Remove the group's expired offsets; True when none is left (nor pending)."""
         all_expired = True
         for topic, partition, value in self.offsets.entries(group_id):
-            if group.is_subscribed_to(topic):
+            if is_subscribed_to(topic):
                 all_expired = False
                 continue
             if value.is_expired(now, base(value), self._retention_ms) and not self.offsets.has_pending(
@@ -1113,13 +1205,26 @@ class GroupCoordinator:
             if types and CLASSIC_GROUP_TYPE not in types:
                 continue
             out.append(ListedGroup(group_id, group.protocol_type or "", group.state.label))
+        for group_id in list(self.consumer.groups):
+            consumer_group = self.consumer.group(group_id)
+            if consumer_group is None or (include is not None and not include(group_id)):
+                continue
+            state = consumer_group.state.value
+            if (states and state.lower() not in states) or (types and CONSUMER_GROUP_TYPE not in types):
+                continue
+            out.append(ListedGroup(group_id, CONSUMER_PROTOCOL_TYPE, state, CONSUMER_GROUP_TYPE))
         return out
 
     def delete_groups(self, group_ids: Iterable[str]) -> list[tuple[str, ErrorCode]]:
         results = []
         for group_id in group_ids:
             group, now = self._begin(group_id)
-            if group is None or group.is_in(GroupState.DEAD):
+            if self.consumer.group(group_id) is not None:
+                error = self.consumer.delete(group_id)
+                if error == ErrorCode.none:
+                    self._delete_group(group_id, now)  # offsets and listeners, as for classic groups
+                results.append((group_id, error))
+            elif group is None or group.is_in(GroupState.DEAD):
                 results.append((group_id, ErrorCode.group_id_not_found))
             elif group.is_in(GroupState.STABLE, GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE):
                 results.append((group_id, ErrorCode.non_empty_group))

@@ -101,6 +101,16 @@ TXN_SHARE_REJECT_COMMITTED_AS_ACCEPT = "txn-share-reject-committed-as-accept"
 TXN_SHARE_ACK_ACL_UNCHECKED = "txn-share-ack-acl-unchecked"
 TXN_SHARE_MARKERS_BROADCAST = "txn-share-markers-broadcast"
 TXNRT_HOLD_ONLY_AFTER_COMMIT = "txnrt-hold-only-after-commit"
+# -- KIP-848: consumer groups of the new protocol (reference_impl/model/consumer_group.py) -----------
+TXN_OFFSET_COMMIT_MEMBER_EPOCH_UNCHECKED = "txn-offset-commit-member-epoch-unchecked"
+OFFSET_COMMIT_STALE_MEMBER_EPOCH_ACCEPTED = "offset-commit-stale-member-epoch-accepted"
+CONSUMER_GROUP_NO_REVOCATION_BEFORE_REASSIGN = "consumer-group-no-revocation-before-reassign"
+TXN_OFFSET_COMMIT_UNKNOWN_MEMBER_ACCEPTED = "txn-offset-commit-unknown-member-accepted"
+CONSUMER_GROUP_ACTIVE_INSTANCE_ID_TAKEN = "consumer-group-active-instance-id-taken"
+CONSUMER_GROUP_REBALANCE_TIMEOUT_IGNORED = "consumer-group-rebalance-timeout-ignored"
+TXN_OFFSET_COMMIT_REVOKING_PARTITION_REFUSED = "txn-offset-commit-revoking-partition-refused"
+MEMBER_OFFSET_FETCH_IGNORES_REQUIRE_STABLE = "member-offset-fetch-ignores-require-stable"
+CONSUMER_GROUP_TAKES_SHARE_GROUP_ID = "consumer-group-takes-share-group-id"
 # -- caught only under faults (kipcheck chaos; chaos/tests/test_broken_reference.py) -----------------
 TXN_COMMIT_ABORTED_ON_DOWN_REPLICA = "txn-commit-aborted-on-down-replica"
 SHARE_LEADER_MOVE_FORGETS_STATE = "share-leader-move-forgets-state"
@@ -232,6 +242,33 @@ BUGS: tuple[SeededBug, ...] = (
     _bug(TXNRT_HOLD_ONLY_AFTER_COMMIT, "KIP-TXNRT", ("KIP-TXNRT.BLOCK.001",),
          "the draft's blocking add waits only for a previous commit's markers: after an abort it answers "
          "CONCURRENT_TRANSACTIONS at once"),
+    _bug(TXN_OFFSET_COMMIT_MEMBER_EPOCH_UNCHECKED, "KIP-848", ("KIP-848.FENCE.001",),
+         "TxnOffsetCommit to a consumer-protocol group checks the member id but not its epoch: a zombie's "
+         "stale-epoch transactional offsets are stored"),
+    _bug(OFFSET_COMMIT_STALE_MEMBER_EPOCH_ACCEPTED, "KIP-848", ("KIP-848.FENCE.002",),
+         "OffsetCommit v9+ to a consumer-protocol group accepts a member epoch older than the member's "
+         "(no STALE_MEMBER_EPOCH)"),
+    _bug(CONSUMER_GROUP_NO_REVOCATION_BEFORE_REASSIGN, "KIP-848", ("KIP-848.RECONCILE.001",),
+         "a partition taken from one consumer-group member is handed to its new owner at once, before the "
+         "old owner acknowledged the revocation"),
+    _bug(TXN_OFFSET_COMMIT_UNKNOWN_MEMBER_ACCEPTED, "KIP-848", ("KIP-848.FENCE.003",),
+         "TxnOffsetCommit to a consumer-protocol group naming a member id the group does not have is "
+         "stored (no UNKNOWN_MEMBER_ID)"),
+    _bug(CONSUMER_GROUP_ACTIVE_INSTANCE_ID_TAKEN, "KIP-848", ("KIP-848.FENCE.004",),
+         "a ConsumerGroupHeartbeat join with the instance id of an active static member replaces that "
+         "member at once (no UNRELEASED_INSTANCE_ID)"),
+    _bug(CONSUMER_GROUP_REBALANCE_TIMEOUT_IGNORED, "KIP-848", ("KIP-848.ZOMBIE.001",),
+         "a member that does not revoke within its rebalance timeout stays in the consumer group (only "
+         "its session timeout removes it): its partitions are not reassigned, its commits not fenced"),
+    _bug(TXN_OFFSET_COMMIT_REVOKING_PARTITION_REFUSED, "KIP-848", ("KIP-848.TXN.001",),
+         "TxnOffsetCommit with the member's current epoch for a partition it is revoking (still owned) "
+         "is refused with ILLEGAL_GENERATION: the old owner cannot finish its transaction"),
+    _bug(MEMBER_OFFSET_FETCH_IGNORES_REQUIRE_STABLE, "KIP-848", ("KIP-848.TXN.002",),
+         "OffsetFetch v9+ naming a consumer-group member ignores RequireStable: pending transactional "
+         "offsets are answered as committed ones instead of UNSTABLE_OFFSET_COMMIT"),
+    _bug(CONSUMER_GROUP_TAKES_SHARE_GROUP_ID, "KIP-848", ("KIP-848.TYPES.001",),
+         "a ConsumerGroupHeartbeat join with a share group's id creates a consumer group of that id "
+         "(no GROUP_ID_NOT_FOUND)"),
     _bug(TXN_COMMIT_ABORTED_ON_DOWN_REPLICA, "KIP-98", ("KIP-98.TXN.001",),
          "while a replica of a participant partition is down, a committing transaction gets an ABORT "
          "marker there: the commit lands on only some partitions (only a run with node faults sees it)"),

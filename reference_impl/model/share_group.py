@@ -54,6 +54,7 @@ from kio.schema.errors import ErrorCode
 from reference_impl.model import seeded_bugs as bugs
 from reference_impl.model.broker_config import BrokerConfig
 from reference_impl.model.clock import Clock
+from reference_impl.model.group_description import GroupDescription
 from reference_impl.model.seeded_bugs import SeededBugs
 from reference_impl.model.share_assignor import MemberSpec, SimpleAssignor
 from reference_impl.model.share_group_records import (
@@ -134,15 +135,8 @@ class DescribedShareMember:
 
 
 @dataclass(frozen=True, slots=True)
-class ShareGroupDescription:
-    group_id: str
-    error: ErrorCode = ErrorCode.none
-    error_message: str | None = None
-    state: str = ""
-    group_epoch: int = 0
-    assignment_epoch: int = 0
-    assignor_name: str = ""
-    members: tuple[DescribedShareMember, ...] = ()
+class ShareGroupDescription(GroupDescription[DescribedShareMember]):
+    """One group of a ShareGroupDescribe answer."""
 
 
 @dataclass(frozen=True, slots=True)

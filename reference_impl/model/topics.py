@@ -34,11 +34,17 @@ from reference_impl.model.acls import Operation, operations_bitfield
 from reference_impl.model.broker_config import BrokerConfig
 from reference_impl.model.clock import Clock
 from reference_impl.model.partition_log import INT64_MAX, LogConfig, PartitionLog, ProducerStateTracker
+from reference_impl.model.share_state_records import DEFAULT_STATE_TOPIC_PARTITIONS
 from reference_impl.protocol.records import TimestampType
 
 MAX_NAME_LENGTH = 249
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+CONSUMER_OFFSETS, TRANSACTION_STATE, SHARE_GROUP_STATE = "__consumer_offsets", "__transaction_state", "__share_group_state"
+INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS, TRANSACTION_STATE, SHARE_GROUP_STATE})
+# offsets.topic.replication.factor, transaction.state.log.replication.factor and
+# share.coordinator.state.topic.replication.factor default to 3; capped at the live brokers
+# here, as test clusters set them (the kafka-native provider: min(3, nodes)).
+INTERNAL_REPLICATION_FACTOR = 3
 METADATA_TOPIC_ID = uuid.UUID(int=1)  # reserved by Kafka for its metadata log
 DEFAULT_REPLICATION_FACTOR = 1  # default.replication.factor
 
@@ -143,6 +149,26 @@ def topic_name_error(name: str | None) -> str | None:
 
 def is_internal(name: str | None) -> bool:
     return name in INTERNAL_TOPICS
+
+
+def internal_topic_spec(name: str, config: BrokerConfig, live_brokers: int) -> CreatableTopicSpec:
+    """A coordinator's topic as Kafka creates it (AutoTopicCreationManager.creatableTopic): the
+    coordinator's partition-count setting and the configs it enforces (offsets.topic.*,
+    TransactionLog's and the share coordinator's topic configs; segments of 100 MiB)."""
+    partitions = {
+        CONSUMER_OFFSETS: config.transaction.offsets_topic_num_partitions,
+        TRANSACTION_STATE: config.transaction.transaction_state_log_num_partitions,
+        SHARE_GROUP_STATE: DEFAULT_STATE_TOPIC_PARTITIONS,
+    }[name]
+    configs = {"cleanup.policy": "compact", "segment.bytes": "104857600"}
+    if name == CONSUMER_OFFSETS:
+        configs["compression.type"] = "producer"
+    elif name == TRANSACTION_STATE:
+        configs["unclean.leader.election.enable"] = "false"
+    else:  # share-group state is pruned by the share coordinator, never compacted or expired
+        configs.update({"cleanup.policy": "delete", "retention.ms": "-1"})
+    rf = max(1, min(INTERNAL_REPLICATION_FACTOR, live_brokers))
+    return CreatableTopicSpec(name, num_partitions=partitions, replication_factor=rf, configs=configs)
 
 
 def unify_collision_chars(name: str) -> str:
@@ -606,6 +632,8 @@ class TopicRegistry:
             return ErrorCode.invalid_topic_exception
         if name in self._by_name:
             return ErrorCode.none
+        if is_internal(name):
+            return self.ensure_internal(name)
         try:
             self.create(CreatableTopicSpec(name))
         except TopicError as exc:
@@ -613,6 +641,21 @@ class TopicRegistry:
                 return ErrorCode.none
             if exc.error_code == ErrorCode.invalid_replication_factor:
                 return ErrorCode.leader_not_available
+            return exc.error_code
+        return ErrorCode.leader_not_available
+
+    def ensure_internal(self, name: str) -> ErrorCode:
+        """Create a coordinator's topic unless it exists, as Kafka does on the first
+        FindCoordinator for its key type or a Metadata request naming it (KafkaApis via
+        AutoTopicCreationManager): NONE when it existed, LEADER_NOT_AVAILABLE when created
+        now, else the creation error. The reference keeps each coordinator's state in its
+        model (transaction_log.py, offset_store.py, share_coordinator.py): these topics carry
+        the placement clients see and the transaction markers, not the coordinators' records."""
+        if name in self._by_name:
+            return ErrorCode.none
+        try:
+            self.create(internal_topic_spec(name, self.config, len(self._alive)))
+        except TopicError as exc:
             return exc.error_code
         return ErrorCode.leader_not_available
 
@@ -679,6 +722,7 @@ __all__ = [
     "FetchSession",
     "FetchSessionCache",
     "INITIAL_EPOCH",
+    "CONSUMER_OFFSETS",
     "INTERNAL_TOPICS",
     "INVALID_SESSION_ID",
     "PartitionState",
@@ -686,7 +730,10 @@ __all__ = [
     "TOPIC_CONFIG_DEFAULTS",
     "Topic",
     "TopicError",
+    "SHARE_GROUP_STATE",
+    "TRANSACTION_STATE",
     "TopicRegistry",
+    "internal_topic_spec",
     "is_internal",
     "log_config_from",
     "next_epoch",

@@ -52,7 +52,7 @@ from reference_impl.model.clock import Clock
 from reference_impl.model.partition_log import LogError
 from reference_impl.model.producer_ids import ProducerIdManager, ProducerIdsExhausted
 from reference_impl.model import seeded_bugs as bugs
-from reference_impl.model.topics import TopicRegistry
+from reference_impl.model.topics import CONSUMER_OFFSETS, SHARE_GROUP_STATE, PartitionState, TopicRegistry
 from reference_impl.model.transaction_config import TransactionConfig
 from reference_impl.model.transaction_log import (
     NO_PRODUCER_EPOCH,
@@ -69,8 +69,8 @@ from reference_impl.protocol.records import ControlType
 
 S = TransactionState
 SHORT_MAX = (1 << 15) - 1
-CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
-SHARE_STATE_TOPIC = "__share_group_state"  # KIP-1289 registers its partitions as participants
+CONSUMER_OFFSETS_TOPIC = CONSUMER_OFFSETS
+SHARE_STATE_TOPIC = SHARE_GROUP_STATE  # KIP-1289 registers its partitions as participants
 TRANSACTION_VERSION_FEATURE = "transaction.version"
 # A cluster without a finalized transaction.version is at level 0 (Kafka's getOrDefault);
 # the reference's BrokerConfig is expected to finalize 2 by default.
@@ -816,26 +816,26 @@ class TransactionCoordinator:
             return False
         committed = value.state is S.PREPARE_COMMIT
         control = ControlType.COMMIT if committed else ControlType.ABORT
+        coordinator_partitions: set[tuple[str, int]] = set()  # one marker each, however many reached them
         for participant in sorted(pending, key=lambda p: (p.kind, p.topic, p.partition, p.group)):
             if participant.kind == "group":
                 self._complete_group_offsets({participant.group}, set(), value, committed)
+                coordinator_partitions.add((CONSUMER_OFFSETS_TOPIC, self.offsets_partition_for(participant.group)))
                 pending.discard(participant)
                 continue
-            if participant.topic == SHARE_STATE_TOPIC and (
-                self.topics is None or self.topics.partition(participant.topic, participant.partition) is None
-            ):
-                # The reference has no __share_group_state log: the marker for that partition is
+            if participant.topic == SHARE_STATE_TOPIC:
+                # The share coordinator's state is in its model: the marker for that partition is
                 # KIP-1289's hook on the share-partitions of the groups staging there (DIV-128905).
                 if self.share_txn_markers is not None:
                     self.share_txn_markers(value.producer_id, value.producer_epoch, committed, now, participant.partition)
+                coordinator_partitions.add((participant.topic, participant.partition))
                 pending.discard(participant)
                 continue
-            if participant.topic == CONSUMER_OFFSETS_TOPIC and (
-                self.topics is None or self.topics.partition(participant.topic, participant.partition) is None
-            ):
-                # The reference has no __consumer_offsets log: the marker for that partition
+            if participant.topic == CONSUMER_OFFSETS_TOPIC:
+                # Group offsets are in the group coordinator's model: the marker for that partition
                 # is the group coordinator completing the producer's offsets of its groups.
                 self._complete_group_offsets(set(), {participant.partition}, value, committed)
+                coordinator_partitions.add((participant.topic, participant.partition))
                 pending.discard(participant)
                 continue
             state = self.topics.partition(participant.topic, participant.partition) if self.topics else None
@@ -851,25 +851,35 @@ class TransactionCoordinator:
                 control = ControlType.COMMIT if committed else ControlType.ABORT
                 if self.txn_config.seeded_bugs.has(bugs.ABORT_MARKER_WRITTEN_AS_COMMIT):
                     control = ControlType.COMMIT
-            # A real coordinator sends WriteTxnMarkers to the partition leader; the model
-            # appends the control batch to the (single-copy) partition log itself.
-            try:
-                state.log.append_marker(
-                    control, producer_id=value.producer_id, producer_epoch=value.producer_epoch,
-                    coordinator_epoch=self.coordinator_epoch, now_ms=now,
-                    transaction_version=value.client_transaction_version,
-                )
-            except LogError:
-                # Kafka stops sending this marker when the leader refuses it as fenced
-                # (INVALID_PRODUCER_EPOCH / TRANSACTION_COORDINATOR_FENCED); the model
-                # then completes the transaction without it.
-                pass
+            self._append_marker(state, control, value, now)
             pending.discard(participant)
+        for topic, partition in sorted(coordinator_partitions):
+            # What a client reading __consumer_offsets / __share_group_state sees: the control
+            # batch, where the internal topic exists (FindCoordinator created it) and has a
+            # leader; the coordinators' state was completed above either way.
+            state = self.topics.partition(topic, partition) if self.topics else None
+            if state is not None and state.leader >= 0:
+                self._append_marker(state, ControlType.COMMIT if committed else ControlType.ABORT, value, now)
         self.version += 1
         if pending:
             return True
         self._write(tid, self._complete_value(value, now), now)
         return True
+
+    def _append_marker(self, state: PartitionState, control: ControlType, value: TransactionLogValue, now: int) -> None:
+        """A real coordinator sends WriteTxnMarkers to the partition leader; the model appends
+        the control batch to the (single-copy) partition log itself."""
+        try:
+            state.log.append_marker(
+                control, producer_id=value.producer_id, producer_epoch=value.producer_epoch,
+                coordinator_epoch=self.coordinator_epoch, now_ms=now,
+                transaction_version=value.client_transaction_version,
+            )
+        except LogError:
+            # Kafka stops sending this marker when the leader refuses it as fenced
+            # (INVALID_PRODUCER_EPOCH / TRANSACTION_COORDINATOR_FENCED); the model
+            # then completes the transaction without it.
+            pass
 
     # -- timers ---------------------------------------------------------------------------
 

@@ -11,8 +11,8 @@ writes it and when a new coordinator is rebuilt from the log.
 Modelling choices (deviations from Kafka's bytes on disk):
 * The value carries `last_producer_epoch` explicitly, and the consumer-group
   participants (added by AddOffsetsToTxn / TxnOffsetCommit) as a separate tuple of
-  group ids instead of `__consumer_offsets` partitions: the reference has no real
-  `__consumer_offsets` topic.
+  group ids instead of `__consumer_offsets` partitions: the reference's
+  `__consumer_offsets` topic carries no group records (only transaction markers).
 * All ids share one log; `partition_for(tid)` still computes Kafka's partition
   (`abs(java hashCode) % transaction.state.log.num.partitions`) for describing.
 """

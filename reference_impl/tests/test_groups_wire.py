@@ -379,7 +379,7 @@ def _consumer(bootstrap: str, group: str, **extra):
     return Consumer(conf)
 
 
-def _poll_until(consumers, predicate, timeout: float = 30.0) -> bool:
+def poll_until(consumers, predicate, timeout: float = 30.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for c in consumers:
@@ -387,6 +387,35 @@ def _poll_until(consumers, predicate, timeout: float = 30.0) -> bool:
         if predicate():
             return True
     return False
+
+
+def assert_split(a, b, partitions: int, timeout: float = 30.0) -> None:
+    """Both consumers end up with some of the topic's partitions, none twice."""
+    def split() -> bool:
+        pa, pb = a.assignment(), b.assignment()
+        return len(pa) > 0 and len(pb) > 0 and len(pa) + len(pb) == partitions
+
+    assert poll_until([a, b], split, timeout), (a.assignment(), b.assignment())
+    assert not {p.partition for p in a.assignment()} & {p.partition for p in b.assignment()}
+
+
+def assert_commit_round_trip(consumer, topic: str, base: int) -> None:
+    """Commit base+p for each assigned partition p (with the member's epoch or generation)
+    and read the offsets back."""
+    from confluent_kafka import TopicPartition  # optional dependency, as _consumer
+
+    mine = sorted(p.partition for p in consumer.assignment())
+    consumer.commit(offsets=[TopicPartition(topic, p, base + p) for p in mine], asynchronous=False)
+    got = consumer.committed([TopicPartition(topic, p) for p in mine], timeout=10)
+    assert [(t.partition, t.offset) for t in got] == [(p, base + p) for p in mine]
+
+
+def close_all(consumers) -> None:
+    for c in consumers:
+        try:
+            c.close()
+        except RuntimeError:  # already closed by the test
+            pass
 
 
 @needs_data_path
@@ -402,13 +431,7 @@ def test_two_consumers_share_then_one_takes_all(cluster, client):
     try:
         a.subscribe([topic])
         b.subscribe([topic])
-
-        def split() -> bool:
-            pa, pb = a.assignment(), b.assignment()
-            return len(pa) > 0 and len(pb) > 0 and len(pa) + len(pb) == 4
-
-        assert _poll_until([a, b], split), (a.assignment(), b.assignment())
-        assert not {p.partition for p in a.assignment()} & {p.partition for p in b.assignment()}
+        assert_split(a, b, 4)
 
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
         desc = admin.describe_consumer_groups([group])[group].result(15)
@@ -416,14 +439,10 @@ def test_two_consumers_share_then_one_takes_all(cluster, client):
         assert sorted(m.client_id for m in desc.members) == ["consumer-a", "consumer-b"]
         assert sum(len(m.assignment.topic_partitions) for m in desc.members) == 4
 
-        # Commit offsets with the member's generation and read them back.
-        mine = sorted(p.partition for p in a.assignment())
-        a.commit(offsets=[TopicPartition(topic, p, 100 + p) for p in mine], asynchronous=False)
-        got = a.committed([TopicPartition(topic, p) for p in mine], timeout=10)
-        assert [(t.partition, t.offset) for t in got] == [(p, 100 + p) for p in mine]
+        assert_commit_round_trip(a, topic, 100)
 
         b.close()
-        assert _poll_until([a], lambda: len(a.assignment()) == 4), a.assignment()
+        assert poll_until([a], lambda: len(a.assignment()) == 4), a.assignment()
         a.commit(offsets=[TopicPartition(topic, p, 7) for p in range(4)], asynchronous=False)
         got = a.committed([TopicPartition(topic, p) for p in range(4)], timeout=10)
         assert [t.offset for t in got] == [7, 7, 7, 7]
@@ -437,8 +456,4 @@ def test_two_consumers_share_then_one_takes_all(cluster, client):
         listed = admin.list_consumer_groups().result(15)
         assert group not in {g.group_id for g in listed.valid}
     finally:
-        for c in (a, b):
-            try:
-                c.close()
-            except RuntimeError:
-                pass
+        close_all((a, b))

@@ -335,6 +335,24 @@ def test_add_offsets_completes_group_offsets_with_the_marker() -> None:
     assert markers(topics, 0) == [(rec.ControlType.COMMIT, pid, epoch)]
 
 
+def test_offsets_partition_of_an_existing_consumer_offsets_topic_gets_one_marker() -> None:
+    """Once FindCoordinator created __consumer_offsets, the group's partition of it gets the
+    control batch clients read there (one, though the group joined by AddOffsetsToTxn and its
+    partition by TxnOffsetCommit's add), and the group coordinator still completes the offsets."""
+    tc, clock, topics, groups = make(tv=2)
+    assert topics.ensure_internal("__consumer_offsets") == ErrorCode.leader_not_available
+    pid, epoch = begin(tc, 0)
+    assert tc.add_offsets(T, pid, epoch, "g") == ErrorCode.none
+    offsets_partition = tc.offsets_partition_for("g")
+    assert tc.verify_or_add_partition(T, pid, epoch, "__consumer_offsets", offsets_partition, True) == ErrorCode.none
+    assert tc.end_txn(T, pid, epoch, False).error == ErrorCode.none
+    tc.tick(clock.advance(1))
+    assert groups.completed == [("g", pid, epoch, False)]
+    control = [rec.parse_control_record(b.decode()[0])[0]
+               for b in topics.log("__consumer_offsets", offsets_partition).batches if b.is_control]
+    assert control == [rec.ControlType.ABORT]
+
+
 # -- timers ---------------------------------------------------------------------------------
 
 

@@ -22,6 +22,7 @@ import pytest
 
 from replay.synthetic_traces import build_table, write_segments
 from replay import diff_pure
+from replay.compact import compact
 from replay.check_pure import check_table
 from replay.diff_input import inspect_trace
 from replay.spark_session import package_zip, spark_home_bin
@@ -97,6 +98,11 @@ def test_check_and_diff_on_a_standalone_cluster_equal_the_pure_engine(tmp_path) 
         diff = submit(cluster.master_url, pyfiles, exec_py, "diff_cmd.py", a_dir, b_dir, "--out", str(tmp_path / "dr"),
                       "--no-json")
         assert diff.returncode == 1, diff.stderr[-3000:]
+        for d in (a_dir, b_dir):  # schema 3: the bucket-by-bucket join on the cluster's executors
+            compact(d, buckets=2)
+        diff3 = submit(cluster.master_url, pyfiles, exec_py, "diff_cmd.py", a_dir + ".v3", b_dir + ".v3", "--out",
+                       str(tmp_path / "dr3"), "--no-json", "--engine", "spark")
+        assert diff3.returncode == 1, diff3.stderr[-3000:]
         direct = without_submit(cluster.master_url, exec_py)
         assert direct.returncode == 0 and direct.stdout.strip().endswith("['replay', 'replay']"), direct.stderr[-3000:]
         apps = executor_apps(cluster)
@@ -107,4 +113,6 @@ def test_check_and_diff_on_a_standalone_cluster_equal_the_pure_engine(tmp_path) 
     rows = pq.read_table(tmp_path / "dr" / "divergences.parquet").to_pylist()
     assert sorted(map(_key, rows)) == sorted(map(_key, pure.to_pylist()))
     assert {(r["kind"], r["a_seq"], r["path"]) for r in rows} == expected_diff
-    assert len(apps) == 3, f"executors of {len(apps)} application(s) on the workers: the jobs did not run on the cluster"
+    rows3 = pq.read_table(tmp_path / "dr3" / "divergences.parquet").to_pylist()
+    assert sorted(map(_key, rows3)) == sorted(map(_key, pure.to_pylist()))
+    assert len(apps) == 4, f"executors of {len(apps)} application(s) on the workers: the jobs did not run on the cluster"

@@ -580,7 +580,7 @@ def test_json_schema_is_stable(report, tmp_path):
     data = json.loads(path.read_text())
     assert tuple(data) == cert.REPORT_KEYS
     assert data["schema"] == "kipcheck-certification-report"
-    assert data["schema_version"] == 5
+    assert data["schema_version"] == 6
     assert set(data["summary"]) == {
         "result", "banner", "completeness", "tests", "tests_total", "timed_out", "requirements_total",
         "requirements_tested", "requirements_untested", "per_target",

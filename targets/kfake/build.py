@@ -9,12 +9,11 @@ pins are never rewritten). Prefetch (CI, before xdist): ``python -m targets.kfak
 
 from __future__ import annotations
 
-import hashlib
-import os
 import sys
 from pathlib import Path
 
-from targets.go_build import GoBuildError, built_once, cache_root, go_toolchain as _go_toolchain, run_go
+from targets.cached_build import prefetch_main, sources_digest
+from targets.go_build import GoBuildError, build_in_module, built_once, cache_root, go_toolchain as _go_toolchain
 
 FRANZ_GO_VERSION = "1.22.3"
 KFAKE_VERSION = "v0.0.0-20260918054303-01f206a7e32c"  # pkg/kfake's pseudo-version, pinned in go.mod
@@ -27,16 +26,8 @@ def cache_dir() -> Path:
     return cache_root() / "kfake"
 
 
-def source_hash() -> str:
-    """Digest of the program and its pins: a changed main.go or go.sum is a new binary."""
-    h = hashlib.sha256()
-    for name in SOURCES:
-        h.update(name.encode() + b"\0" + (SOURCE_DIR / name).read_bytes() + b"\0")
-    return h.hexdigest()[:12]
-
-
 def binary_path() -> Path:
-    return cache_dir() / KFAKE_VERSION / f"kfake-target-{source_hash()}"
+    return cache_dir() / KFAKE_VERSION / f"kfake-target-{sources_digest(SOURCE_DIR, SOURCES)}"
 
 
 def go_toolchain() -> str:
@@ -50,22 +41,8 @@ def ensure_binary() -> Path:
 
 
 def _build(target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    env = dict(os.environ, GOFLAGS="-mod=readonly -modcacherw -buildvcs=false", GOWORK="off", CGO_ENABLED="0")
-    run_go([go_toolchain(), "build", "-trimpath", "-o", str(tmp), "."], "kfake", BUILD_TIMEOUT_S,
-           cwd=SOURCE_DIR, env=env)
-    tmp.replace(target)
-
-
-def main() -> int:
-    try:
-        print(ensure_binary())
-    except GoBuildError as exc:
-        print(f"kipcheck: error: {str(exc).splitlines()[0]}", file=sys.stderr)
-        return 2
-    return 0
+    build_in_module(go_toolchain(), ["build"], ".", target, SOURCE_DIR, "kfake", BUILD_TIMEOUT_S)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(prefetch_main(ensure_binary, GoBuildError))

@@ -16,11 +16,16 @@ from clients import confluent, wire
 from clients.txn import add_partitions_to_txn, coordinator, init_ok
 from conformance.suites.kip98.test_fencing import FENCING
 from conformance.suites.kip447 import (
+    CLASSIC,
+    CONSUMER,
     ILLEGAL_GENERATION,
+    STALE_MEMBER_EPOCH,
     UNKNOWN_MEMBER_ID,
-    RawTxn,
+    aged_member_txn,
+    both_protocols,
     group_coordinator,
     join,
+    protocol_scenario,
     require_txn_offset_commit_v3,
     sync,
 )
@@ -28,46 +33,55 @@ from conformance.suites.kip447 import (
 TXN_PARTITION, PLAIN_PARTITION = 0, 1  # the two commits of one case never touch the same offset
 
 
-def parity_scenario(target, ids) -> dict[str, Any]:
-    """Member M joins (g1) and rejoins (g2); each case is committed both ways with the
-    same (generation, member id): OffsetCommit on partition 1, TxnOffsetCommit on 0."""
-    topic, group = ids.topic(), ids.group()
-    confluent.create_topic(target, topic, partitions=2)
+def parity_scenario(target, ids, protocol) -> dict[str, Any]:
+    """Member M joins (g1) and ages (g2; under the consumer protocol it gives up partition 1);
+    each case is committed both ways with the same (generation, member id): OffsetCommit and
+    TxnOffsetCommit, each on a partition of its own (the consumer protocol's stale case on
+    the partition M gave up, where a stale epoch is refused)."""
     with wire.cluster_client(target) as cc:
-        coord = group_coordinator(cc, group, topic)
-        j1 = join(coord, group, topic)
-        g1, member = int(j1.generation_id), j1.member_id
-        sync(coord, group, g1, member, assignments={member: b""})
-        j2 = join(coord, group, topic, member_id=member)
-        g2 = int(j2.generation_id)
-        s2 = sync(coord, group, g2, member, assignments={member: b""})
-        txn = RawTxn(cc, ids.transactional_id())
-        txn.init()
-        add = txn.add_offsets(group)
-        cases = {"stale_generation": (g1, member), "unknown_member": (g2, member + "-x"), "current": (g2, member)}
+        start = aged_member_txn(target, cc, ids, protocol)
+        g, m, g1, revoked, txn = start.g, start.member, start.first_epoch, start.revoked, start.txn
+        coord = m.coordinator
+        stale_pair = (TXN_PARTITION, PLAIN_PARTITION) if protocol == CLASSIC else (revoked, revoked)
+        cases = {"stale_generation": (g1, m.member_id, stale_pair),
+                 "unknown_member": (m.epoch, m.member_id + "-x", (TXN_PARTITION, PLAIN_PARTITION)),
+                 "current": (m.epoch, m.member_id, (TXN_PARTITION, PLAIN_PARTITION))}
         out = {}
-        for n, (case, (generation, member_id)) in enumerate(cases.items()):
-            plain = wire.offset_commit(coord, group, topic, PLAIN_PARTITION, 100 + n,
-                                           generation=generation, member_id=member_id)
-            _, txn_codes = txn.txn_offset_commit(group, topic, {TXN_PARTITION: 200 + n},
+        for n, (case, (generation, member_id, (txn_p, plain_p))) in enumerate(cases.items()):
+            plain = wire.offset_commit(coord, g.group, g.topic, plain_p, 100 + n,
+                                       generation=generation, member_id=member_id)
+            _, txn_codes = txn.txn_offset_commit(g.group, g.topic, {txn_p: 200 + n},
                                                  generation=generation, member_id=member_id)
-            out[case] = {"offset_commit": plain, "txn_offset_commit": txn_codes[TXN_PARTITION]}
+            out[case] = {"offset_commit": plain, "txn_offset_commit": txn_codes[txn_p]}
         end = txn.end(commit=True)
-    return {"setup": [int(j1.error_code), int(j2.error_code), int(s2.error_code), add, int(g2 > g1)],
-            "cases": out, "end": end}
+    return {"setup": m.errors + [start.add, int(m.epoch > g1)], "cases": out, "end": end}
+
+
+# Kafka 4.4.0 answers a stale member epoch with STALE_MEMBER_EPOCH to OffsetCommit v9 and
+# with ILLEGAL_GENERATION to TxnOffsetCommit (older transactional clients know no other
+# code): under the consumer protocol both refuse, with different codes (DIV-84801).
+STALE_CODES = {CLASSIC: {ILLEGAL_GENERATION}, CONSUMER: {ILLEGAL_GENERATION, STALE_MEMBER_EPOCH}}
 
 
 @pytest.mark.requirement("KIP-447.FENCE.001")
-def test_txn_offset_commit_is_fenced_like_offset_commit(differential):
-    """KIP-447.FENCE.001: for each (generation, member id) both commits answer alike."""
+@both_protocols("KIP-848.FENCE.001", "KIP-848.FENCE.002")
+def test_txn_offset_commit_is_fenced_like_offset_commit(differential, group_protocol):
+    """KIP-848.FENCE.001, KIP-848.FENCE.002 (consumer protocol) and KIP-447.FENCE.001: for each (generation, member id) both commits are refused or
+    accepted alike; classic groups answer the same code, a KIP-848 group may answer a stale
+    epoch with STALE_MEMBER_EPOCH (OffsetCommit) and ILLEGAL_GENERATION (TxnOffsetCommit)."""
     require_txn_offset_commit_v3(differential.target)
-    obs = differential.run(parity_scenario).target
-    assert obs["setup"] == [0, 0, 0, 0, 1], obs
+    obs = differential.run(protocol_scenario(parity_scenario, group_protocol), requirement="KIP-447.FENCE.001").target
+    assert obs["setup"] == [0, 1], obs
     cases = obs["cases"]
-    for case, codes in cases.items():
+    stale = cases["stale_generation"]
+    assert stale["txn_offset_commit"] in STALE_CODES[group_protocol], cases
+    assert stale["offset_commit"] in STALE_CODES[group_protocol], cases
+    if group_protocol == CLASSIC:
+        assert stale["txn_offset_commit"] == stale["offset_commit"], cases
+    for case in ("unknown_member", "current"):
+        codes = cases[case]
         assert codes["txn_offset_commit"] == codes["offset_commit"], (
             f"{case}: TxnOffsetCommit answered {codes['txn_offset_commit']}, OffsetCommit {codes['offset_commit']}")
-    assert cases["stale_generation"]["txn_offset_commit"] == ILLEGAL_GENERATION, cases
     assert cases["unknown_member"]["txn_offset_commit"] == UNKNOWN_MEMBER_ID, cases
     assert cases["current"]["txn_offset_commit"] == 0 and obs["end"] == 0, obs
 

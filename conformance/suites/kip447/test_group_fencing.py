@@ -23,17 +23,24 @@ from kio.schema.errors import ErrorCode
 
 from clients import confluent, wire
 from conformance.suites.kip447 import (
+    CLASSIC,
+    CONSUMER,
     FENCED_INSTANCE_ID,
     ILLEGAL_GENERATION,
     UNKNOWN_MEMBER_ID,
     UNSTABLE_OFFSET_COMMIT,
     RawTxn,
+    aged_member_txn,
     commit,
+    STALE_MEMBER_EPOCH,
+    UNRELEASED_INSTANCE_ID,
     group_coordinator,
-    join,
     offset_fetch,
+    both_protocols,
+    group_config,
+    group_under_test,
+    protocol_scenario,
     require_txn_offset_commit_v3,
-    sync,
 )
 from clients.txn import txn_offset_commit
 from targets.target import NotSupportedByTarget
@@ -50,161 +57,164 @@ def _stable_offset(coord, group: str, topic: str, partition: int, timeout_s: flo
         time.sleep(0.05)
 
 
-def _joined(coord, group: str, topic: str, **kw) -> tuple[int, str, int]:
-    """Join + sync as the only member (leader assigns nothing): (generation, member id, errors)."""
-    j = join(coord, group, topic, **kw)
-    gen, member = int(j.generation_id), j.member_id
-    s = sync(coord, group, gen, member, instance_id=kw.get("instance_id"), assignments={member: b""})
-    return gen, member, int(j.error_code) or int(s.error_code)
-
-
 # --------------------------------------------------------------------------- wire level
+# Each scenario runs its group under `protocol` (GroupUnderTest): the generation of a classic
+# member or the member epoch of a KIP-848 member is what TxnOffsetCommit carries.
+
+# The refusal of a commit whose generation / epoch the member no longer holds: Kafka answers
+# ILLEGAL_GENERATION for TxnOffsetCommit under both protocols (the KIP-848 text's
+# STALE_MEMBER_EPOCH is what Kafka 4.4 answers to OffsetCommit v9+ only: DIV-84801).
+STALE = {CLASSIC: (ILLEGAL_GENERATION,), CONSUMER: (ILLEGAL_GENERATION, STALE_MEMBER_EPOCH)}
+# A replaced static member: classic groups answer FENCED_INSTANCE_ID; a KIP-848 group no
+# longer knows the old member id (Kafka 4.4: UNKNOWN_MEMBER_ID, DIV-84802).
+REPLACED = {CLASSIC: (FENCED_INSTANCE_ID,), CONSUMER: (FENCED_INSTANCE_ID, UNKNOWN_MEMBER_ID)}
 
 
-def stale_generation_scenario(target, ids):
-    """Member M joins (generation g1) and rejoins (g2). A transaction stages offset 11 with
-    (g1, M): refused; it commits anyway and G's offset must not change. A second
-    transaction with (g2, M) commits offset 12."""
-    topic, group = ids.topic(), ids.group()
-    confluent.create_topic(target, topic)
+def stale_generation_scenario(target, ids, protocol):
+    """Member M joins (g1) and ages (g2: a classic rejoin, or a KIP-848 rival taking its
+    partition 1). A transaction stages offset 11 with (g1, M) on the partition it no longer
+    holds at g1: refused; it commits anyway and G's offset must not change. A second
+    transaction with (g2, M) commits offset 12 on partition 0."""
     with wire.cluster_client(target) as cc:
-        coord = group_coordinator(cc, group, topic)
-        g1, member, e1 = _joined(coord, group, topic)
-        j2 = join(coord, group, topic, member_id=member)
-        g2 = int(j2.generation_id)
-        s2 = sync(coord, group, g2, member, assignments={member: b""})
-        txn = RawTxn(cc, ids.transactional_id())
-        txn.init()
-        add = txn.add_offsets(group)
-        version, stale = txn.txn_offset_commit(group, topic, {0: 11}, generation=g1, member_id=member)
+        start = aged_member_txn(target, cc, ids, protocol)
+        g, m, g1, p, txn, add = start.g, start.member, start.first_epoch, start.revoked, start.txn, start.add
+        version, stale = txn.txn_offset_commit(g.group, g.topic, {p: 11}, generation=g1, member_id=m.member_id)
         end1 = txn.end(commit=True)
-        after_stale = _stable_offset(coord, group, topic, 0)
-        txn.add_offsets(group)
-        _, good = txn.txn_offset_commit(group, topic, {0: 12}, generation=g2, member_id=member)
+        coord = m.coordinator
+        after_stale = _stable_offset(coord, g.group, g.topic, p)
+        txn.add_offsets(g.group)
+        _, good = txn.txn_offset_commit(g.group, g.topic, {0: 12}, generation=m.epoch, member_id=m.member_id)
         end2 = txn.end(commit=True)
-        after_good = _stable_offset(coord, group, topic, 0)
-    return {"join_errors": [e1, int(j2.error_code), int(s2.error_code)], "generation_bumped": g2 > g1,
-            "txn_offset_commit_version": version, "add_offsets": add, "stale": stale[0], "end1": end1,
+        after_good = _stable_offset(coord, g.group, g.topic, 0)
+    return {"join_errors": m.errors, "generation_bumped": m.epoch > g1,
+            "txn_offset_commit_version": version, "add_offsets": add, "stale": stale[p], "end1": end1,
             "after_stale": after_stale, "current": good[0], "end2": end2, "after_current": after_good}
 
 
 @pytest.mark.requirement("KIP-447.FENCE.002")
-def test_txn_offset_commit_with_stale_generation_is_fenced(target, differential):
+@both_protocols("KIP-848.FENCE.001")
+def test_txn_offset_commit_with_stale_generation_is_fenced(target, differential, group_protocol):
+    """KIP-447.FENCE.002: a TxnOffsetCommit with a stale generation is fenced; under the consumer
+    protocol KIP-848.FENCE.001: with an older member epoch (ILLEGAL_GENERATION on Kafka 4.4)."""
     require_txn_offset_commit_v3(target)
-    obs = differential.run(stale_generation_scenario).target
-    assert obs["join_errors"] == [0, 0, 0] and obs["generation_bumped"], obs
+    obs = differential.run(protocol_scenario(stale_generation_scenario, group_protocol),
+                           requirement="KIP-447.FENCE.002").target
+    assert obs["join_errors"] == [] and obs["generation_bumped"], obs
     assert obs["txn_offset_commit_version"] >= 3
-    assert obs["stale"] == ILLEGAL_GENERATION, f"stale generation answered {obs['stale']}"
+    assert obs["stale"] in STALE[group_protocol], f"stale generation answered {obs['stale']}"
     assert obs["after_stale"] == [-1, 0], "a fenced TxnOffsetCommit changed the group's offset"
     assert obs["current"] == 0 and obs["after_current"] == [12, 0], obs
 
 
-def unknown_member_scenario(target, ids):
-    topic, group = ids.topic(), ids.group()
-    confluent.create_topic(target, topic)
+def unknown_member_scenario(target, ids, protocol):
     with wire.cluster_client(target) as cc:
-        coord = group_coordinator(cc, group, topic)
-        gen, member, err = _joined(coord, group, topic)
+        g = group_under_test(target, cc, ids, protocol)
+        m = g.join()
         txn = RawTxn(cc, ids.transactional_id())
         txn.init()
-        txn.add_offsets(group)
-        _, unknown = txn.txn_offset_commit(group, topic, {0: 5}, generation=gen, member_id="not-a-member")
-        _, defaults = txn.txn_offset_commit(group, topic, {0: 6})  # generation -1, member "", no instance
+        txn.add_offsets(g.group)
+        _, unknown = txn.txn_offset_commit(g.group, g.topic, {0: 5}, generation=m.epoch, member_id="not-a-member")
+        _, defaults = txn.txn_offset_commit(g.group, g.topic, {0: 6})  # generation -1, member "", no instance
         end = txn.end(commit=True)
-        after = _stable_offset(coord, group, topic, 0)
-    return {"join": err, "unknown_member": unknown[0], "defaults": defaults[0], "end": end, "after": after}
+        after = _stable_offset(m.coordinator, g.group, g.topic, 0)
+    return {"join": m.errors, "unknown_member": unknown[0], "defaults": defaults[0], "end": end, "after": after}
 
 
 @pytest.mark.requirement("KIP-447.FENCE.003", "KIP-447.FENCE.005")
-def test_txn_offset_commit_unknown_member_and_default_fields(target, differential):
-    """An unknown member id is refused with UNKNOWN_MEMBER_ID; the default-valued group fields
+@both_protocols("KIP-848.FENCE.003")
+def test_txn_offset_commit_unknown_member_and_default_fields(target, differential, group_protocol):
+    """KIP-447.FENCE.003, KIP-447.FENCE.005, KIP-848.FENCE.003 (consumer protocol): An unknown member id is refused with UNKNOWN_MEMBER_ID; the default-valued group fields
     (generation -1, member "", no instance id) skip membership checks for an active group."""
     require_txn_offset_commit_v3(target)
-    obs = differential.run(unknown_member_scenario, requirement="KIP-447.FENCE.003").target
-    assert obs["join"] == 0
+    obs = differential.run(protocol_scenario(unknown_member_scenario, group_protocol),
+                           requirement="KIP-447.FENCE.003").target
+    assert obs["join"] == []
     assert obs["unknown_member"] == UNKNOWN_MEMBER_ID, obs
     assert obs["defaults"] == 0, f"default group fields refused for an active group: {obs}"
     assert obs["end"] == 0 and obs["after"] == [6, 0], obs
 
 
-def static_member_scenario(target, ids):
-    """Static member (instance I) joins as m1, is replaced by a join of I as m2; a
-    TxnOffsetCommit with (m1, I) is fenced, (m2, I) is accepted."""
-    topic, group, instance = ids.topic(), ids.group(), ids.instance_id()
-    confluent.create_topic(target, topic)
+def static_member_scenario(target, ids, protocol):
+    """Static member (instance I) joins as m1 and is replaced by m2 with I (classic: m2's join
+    replaces m1; consumer: m2's join is refused while m1 is active, m1 leaves with epoch -2,
+    m2 joins); a TxnOffsetCommit with (m1, I) is fenced, (m2, I) is accepted."""
     with wire.cluster_client(target) as cc:
-        coord = group_coordinator(cc, group, topic)
-        gen1, m1, err = _joined(coord, group, topic, instance_id=instance)
-        j2 = join(coord, group, topic, instance_id=instance)
-        m2, gen2 = j2.member_id, int(j2.generation_id)
-        if int(j2.error_code) == 0 and gen2 != gen1:
-            sync(coord, group, gen2, m2, instance_id=instance, assignments={m2: b""})
+        g = group_under_test(target, cc, ids, protocol)
+        m1 = g.join(instance_id=ids.instance_id())
+        m2, busy = g.replace_static(m1)
         txn = RawTxn(cc, ids.transactional_id())
         txn.init()
-        txn.add_offsets(group)
-        _, old = txn.txn_offset_commit(group, topic, {0: 7}, generation=gen1, member_id=m1, instance_id=instance)
-        _, new = txn.txn_offset_commit(group, topic, {0: 8}, generation=gen2, member_id=m2, instance_id=instance)
+        txn.add_offsets(g.group)
+        _, old = txn.txn_offset_commit(g.group, g.topic, {0: 7}, generation=m1.epoch, member_id=m1.member_id,
+                                       instance_id=m1.instance_id)
+        _, new = txn.txn_offset_commit(g.group, g.topic, {0: 8}, generation=m2.epoch, member_id=m2.member_id,
+                                       instance_id=m2.instance_id)
         end = txn.end(commit=True)
-        after = _stable_offset(coord, group, topic, 0)
-    return {"join": err, "rejoin": int(j2.error_code), "replaced": m2 != m1, "old_member": old[0],
-            "new_member": new[0], "end": end, "after": after}
+        after = _stable_offset(m2.coordinator, g.group, g.topic, 0)
+        old_beat = m1.beat() if protocol == CONSUMER else None
+    return {"join": m1.errors, "rejoin": m2.errors, "replaced": m2.member_id != m1.member_id, "busy": busy,
+            "old_member": old[0], "new_member": new[0], "end": end, "after": after, "old_heartbeat": old_beat}
 
 
 @pytest.mark.requirement("KIP-447.FENCE.004")
-def test_txn_offset_commit_from_replaced_static_member_is_fenced(target, differential):
+@both_protocols("KIP-848.FENCE.004")
+def test_txn_offset_commit_from_replaced_static_member_is_fenced(target, differential, group_protocol):
     require_txn_offset_commit_v3(target)
-    obs = differential.run(static_member_scenario).target
-    if obs["join"] == 0 and obs["rejoin"] != 0:
+    obs = differential.run(protocol_scenario(static_member_scenario, group_protocol),
+                           requirement="KIP-447.FENCE.004").target
+    if obs["join"] == [] and obs["rejoin"] != []:
         raise NotSupportedByTarget(f"static member rejoin refused with {obs['rejoin']}")
-    assert obs["join"] == 0 and obs["replaced"], obs
-    assert obs["old_member"] == FENCED_INSTANCE_ID, obs
+    assert obs["join"] == [] and obs["replaced"], obs
+    assert obs["old_member"] in REPLACED[group_protocol], obs
     assert obs["new_member"] == 0 and obs["after"] == [8, 0], obs
+    if group_protocol == CONSUMER:  # KIP-848.FENCE.004: one active member per instance id
+        assert obs["busy"] == UNRELEASED_INSTANCE_ID, f"a second member took an active instance id: {obs}"
+        assert obs["old_heartbeat"] == FENCED_INSTANCE_ID, f"the replaced member still heartbeats: {obs}"
 
 
-def zombie_scenario(target, ids):
+def zombie_scenario(target, ids, protocol):
     """The KIP's five steps over the raw protocol. A's rebalance timeout is 1.5 s so that its
-    eviction (step 2) happens while B's JoinGroup waits."""
-    topic, group = ids.topic(), ids.group()
-    confluent.create_topic(target, topic)
+    eviction (step 2) happens while B waits (classic: in its JoinGroup; consumer: while A,
+    told to give up a partition, stalls)."""
     with wire.cluster_client(target) as cc:
-        coord_a = group_coordinator(cc, group, topic)
-        gen_a, member_a, err_a = _joined(coord_a, group, topic, session_ms=6000, rebalance_ms=1500)
+        g = group_under_test(target, cc, ids, protocol)
+        a = g.join(session_ms=6000, rebalance_ms=1500)
+        gen_a = a.epoch
         # 1. A's transaction is open (offsets partition added), then A stalls.
         txn_a = RawTxn(cc, ids.transactional_id())
         txn_a.init()
-        add_a = txn_a.add_offsets(group)
-        # 2. + 3. B joins; A does not rejoin and is dropped at the rebalance timeout.
-        with wire.cluster_client(target) as cc_b:
-            coord_b = group_coordinator(cc_b, group, topic)
-            t0 = time.monotonic()
-            jb = join(coord_b, group, topic, session_ms=6000, rebalance_ms=1500, timeout_s=30)
-            waited = time.monotonic() - t0
-            gen_b, member_b = int(jb.generation_id), jb.member_id
-            members = sorted(m.member_id for m in jb.members) if jb.leader == member_b else None
-            sb = sync(coord_b, group, gen_b, member_b, assignments={member_b: b""})
-            # 4. B commits its progress transactionally with its own generation.
-            txn_b = RawTxn(cc_b, ids.transactional_id())
-            txn_b.init()
-            txn_b.add_offsets(group)
-            _, b_commit = txn_b.txn_offset_commit(group, topic, {0: 20}, generation=gen_b, member_id=member_b)
-            end_b = txn_b.end(commit=True)
+        add_a = txn_a.add_offsets(g.group)
+        # 2. + 3. B joins; A does not rejoin / revoke and is dropped at its rebalance timeout.
+        t0 = time.monotonic()
+        b, b_alone = g.take_over(a, rebalance_ms=1500)
+        waited = time.monotonic() - t0
+        # 4. B commits its progress transactionally with its own generation.
+        txn_b = RawTxn(cc, ids.transactional_id())
+        txn_b.init()
+        txn_b.add_offsets(g.group)
+        _, b_commit = txn_b.txn_offset_commit(g.group, g.topic, {0: 20}, generation=b.epoch, member_id=b.member_id)
+        end_b = txn_b.end(commit=True)
         # 5. A resumes: its TxnOffsetCommit carries the old generation and member id.
-        _, a_commit = txn_a.txn_offset_commit(group, topic, {0: 10}, generation=gen_a, member_id=member_a)
+        _, a_commit = txn_a.txn_offset_commit(g.group, g.topic, {0: 10}, generation=gen_a, member_id=a.member_id)
         end_a = txn_a.end(commit=True)
-        after = _stable_offset(coord_a, group, topic, 0)
-    return {"join_a": err_a, "add_offsets_a": add_a, "join_b": int(jb.error_code), "sync_b": int(sb.error_code),
-            "b_generation_newer": gen_b > gen_a, "b_sole_member": members == [member_b] if members is not None else None,
+        after = _stable_offset(b.coordinator, g.group, g.topic, 0)
+    return {"join_a": a.errors, "add_offsets_a": add_a, "join_b": b.errors,
+            "b_generation_newer": b.epoch > gen_a, "b_sole_member": b_alone,
             "b_commit": b_commit[0], "end_b": end_b, "a_commit": a_commit[0], "end_a": end_a, "after": after,
             "b_join_waited_s": round(waited, 1)}
 
 
 @pytest.mark.requirement("KIP-447.FENCE.006", "KIP-447.FENCE.003")
-def test_kip_five_step_zombie_is_fenced_wire(target, differential):
+@both_protocols("KIP-848.ZOMBIE.001")
+def test_kip_five_step_zombie_is_fenced_wire(target, differential, group_protocol):
+    """KIP-447.FENCE.006, KIP-447.FENCE.003: KIP-447's five-step zombie, on the wire; under the consumer
+    protocol KIP-848.ZOMBIE.001: the member past its rebalance timeout is removed and its commit fenced."""
     require_txn_offset_commit_v3(target)
-    obs = differential.run(zombie_scenario, requirement="KIP-447.FENCE.006", ignore_keys=["b_join_waited_s"]).target
-    assert obs["join_a"] == 0 and obs["add_offsets_a"] == 0
-    assert obs["join_b"] == 0 and obs["sync_b"] == 0 and obs["b_generation_newer"], obs
-    assert obs["b_sole_member"] in (True, None), f"A was not dropped from the group: {obs}"
+    obs = differential.run(protocol_scenario(zombie_scenario, group_protocol), requirement="KIP-447.FENCE.006",
+                           ignore_keys=["b_join_waited_s"]).target
+    assert obs["join_a"] == [] and obs["add_offsets_a"] == 0
+    assert obs["join_b"] == [] and obs["b_generation_newer"], obs
+    assert obs["b_sole_member"], f"A was not dropped from the group: {obs}"
     assert obs["b_commit"] == 0 and obs["end_b"] == 0, obs
     assert obs["a_commit"] in (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID), f"the zombie's commit was not fenced: {obs}"
     assert obs["after"] == [20, 0], f"the group's offset is not B's: {obs}"
@@ -231,11 +241,18 @@ def _txn_producer(target, tid: str) -> Producer:
     return p
 
 
-def _consumer(target, group: str, **extra) -> Consumer:
+# How long B waits for the stalled A's partition. librdkafka 2.16 under the consumer protocol
+# logs "leaving group" at max.poll.interval.ms but keeps quiet instead of sending the leave
+# heartbeat, so the coordinator drops A at the session timeout (Kafka's
+# group.consumer.session.timeout.ms, 45 s): measured 50 s on kafka-native 4.4.0.
+TAKE_OVER_S = {CLASSIC: 40, CONSUMER: 90}
+
+
+def _consumer(target, group: str, protocol: str = CLASSIC, **extra) -> Consumer:
     cfg = confluent.config(target, **{
         "group.id": group, "enable.auto.commit": False, "auto.offset.reset": "earliest",
-        "group.protocol": "classic", "isolation.level": "read_committed",
-        "session.timeout.ms": 6000, "heartbeat.interval.ms": 500, "max.poll.interval.ms": 6000,
+        "isolation.level": "read_committed", "max.poll.interval.ms": 6000,
+        **group_config(protocol, **{"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}),
     })
     cfg.update(extra)
     return Consumer(cfg)
@@ -259,10 +276,13 @@ def _offsets_error(exc: KafkaException) -> dict:
 
 
 @pytest.mark.requirement("KIP-447.API.001", "KIP-447.API.002", "KIP-447.FENCE.006")
-def test_zombie_send_offsets_fenced_client(target, unique):
+@both_protocols("KIP-848.ZOMBIE.001")
+def test_zombie_send_offsets_fenced_client(target, unique, group_protocol):
     """Client A consumes, stalls past max.poll.interval.ms (its partitions go to B), B commits
     transactionally; A's producer then sends A's stale group metadata and is refused with
-    ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID; the group's offset stays B's."""
+    ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID; the group's offset stays B's. Under the consumer
+    protocol the metadata's generation is the member epoch. KIP-848.ZOMBIE.001 (consumer protocol): the removed member's commit is fenced
+    (librdkafka stops heartbeating, so its session timeout, not its rebalance timeout, removes it)."""
     require_txn_offset_commit_v3(target)
     topic, group, out = unique.topic(), unique.group(), unique.topic()
     confluent.create_topic(target, topic)
@@ -270,7 +290,7 @@ def test_zombie_send_offsets_fenced_client(target, unique):
     confluent.produce(target, topic, [{"value": b"%d" % i} for i in range(10)])
     producer_a = _txn_producer(target, unique.transactional_id())
     producer_b = _txn_producer(target, unique.transactional_id() + "-b")
-    a = _consumer(target, group)
+    a = _consumer(target, group, group_protocol)
     b = None
     try:
         a.subscribe([topic])
@@ -284,9 +304,9 @@ def test_zombie_send_offsets_fenced_client(target, unique):
         md_a = a.consumer_group_metadata()
         meta_a = parse_group_metadata(md_a)
         # A stalls (no poll); B joins and gets the partition once A is dropped.
-        b = _consumer(target, group)
+        b = _consumer(target, group, group_protocol)
         b.subscribe([topic])
-        _wait_assigned(b, 40)
+        _wait_assigned(b, TAKE_OVER_S[group_protocol])
         md_b = b.consumer_group_metadata()
         meta_b = parse_group_metadata(md_b)
         producer_b.begin_transaction()
@@ -321,20 +341,25 @@ def test_zombie_send_offsets_fenced_client(target, unique):
 
 
 @pytest.mark.requirement("KIP-447.API.001", "KIP-447.FENCE.004")
-def test_replaced_static_member_send_offsets_fenced_client(target, unique):
-    """Static member A1 (group.instance.id I) is replaced by A2 with the same instance id;
-    sending offsets with A1's metadata fails with FENCED_INSTANCE_ID."""
+@both_protocols("KIP-848.FENCE.004")
+def test_replaced_static_member_send_offsets_fenced_client(target, unique, group_protocol):
+    """KIP-848.FENCE.004 (consumer protocol): Static member A1 (group.instance.id I) is replaced by A2 with the same instance id
+    (consumer protocol: after A1 closed, its static leave; a KIP-848 group refuses a second
+    active member with I); sending offsets with A1's metadata is fenced (REPLACED)."""
     require_txn_offset_commit_v3(target)
     topic, group, instance = unique.topic(), unique.group(), unique.instance_id()
     confluent.create_topic(target, topic)
     producer = _txn_producer(target, unique.transactional_id())
-    a1 = _consumer(target, group, **{"group.instance.id": instance})
+    a1 = _consumer(target, group, group_protocol, **{"group.instance.id": instance})
     a2 = None
     try:
         a1.subscribe([topic])
         _wait_assigned(a1, 30)
         md1 = a1.consumer_group_metadata()
-        a2 = _consumer(target, group, **{"group.instance.id": instance})
+        if group_protocol == CONSUMER:
+            confluent.close_stalled_consumer(a1)
+            a1 = None
+        a2 = _consumer(target, group, group_protocol, **{"group.instance.id": instance})
         a2.subscribe([topic])
         _wait_assigned(a2, 30)
         producer.begin_transaction()
@@ -354,7 +379,7 @@ def test_replaced_static_member_send_offsets_fenced_client(target, unique):
                 except Exception:  # noqa: BLE001 - a fenced static member may refuse to close cleanly
                     pass
     assert error is not None, "sendOffsetsToTransaction with a replaced static member's metadata succeeded"
-    assert error["name"] == "FENCED_INSTANCE_ID", error
+    assert error["name"] in {ErrorCode(c).name.upper() for c in REPLACED[group_protocol]}, error
 
 
 def versions_scenario(target, ids):

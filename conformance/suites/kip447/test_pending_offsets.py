@@ -22,19 +22,10 @@ from conformance.suites.kip447 import (
     group_coordinator,
     commit,
     offset_fetch,
+    require_stable_fetch,
 )
 from targets.target import NotSupportedByTarget
 from kio.schema.errors import ErrorCode
-from reference_impl.protocol.api_keys import ApiKey
-
-
-def _require_stable_fetch(target) -> None:
-    caps = target.capabilities()
-    hi = caps.max_version(ApiKey.OFFSET_FETCH)
-    if hi is None or hi < 7:
-        raise NotSupportedByTarget(f"OffsetFetch v7+ (RequireStable) not advertised (max {hi})")
-    if caps.max_version(ApiKey.TXN_OFFSET_COMMIT) is None or caps.max_version(ApiKey.ADD_OFFSETS_TO_TXN) is None:
-        raise NotSupportedByTarget("TxnOffsetCommit / AddOffsetsToTxn not advertised")
 
 
 def _view(answer: dict[int, tuple[int, int]]) -> dict[str, list[int]]:
@@ -115,7 +106,7 @@ def test_offset_fetch_require_stable_with_pending_txn_offsets(target, differenti
     """DIV-001 evidence: pending transactional offsets make a stable OffsetFetch answer
     UNSTABLE_OFFSET_COMMIT (88) with offset -1 for that partition only, until EndTxn; no
     answer ever carries the KIP text's PENDING_TRANSACTION (85)."""
-    _require_stable_fetch(target)
+    require_stable_fetch(target)
     obs = differential.run(pending_offsets_scenario, requirement="KIP-447.FETCH.001").target
     assert obs["seed_commit"] == [0, 0]
     assert obs["init"] == 0 and obs["add_offsets_1"] == 0
@@ -135,7 +126,7 @@ def test_offset_fetch_require_stable_with_pending_txn_offsets(target, differenti
 def test_pending_offsets_resolve_on_commit_and_abort(target, differential):
     """After EndTxn(commit) the stable fetch returns the transactional offset, after
     EndTxn(abort) the previous committed offset."""
-    _require_stable_fetch(target)
+    require_stable_fetch(target)
     obs = differential.run(pending_offsets_scenario, requirement="KIP-447.FETCH.004").target
     assert obs["stable_pending"]["0"][1] == UNSTABLE_OFFSET_COMMIT, obs["stable_pending"]
     assert obs["stable_after_commit"]["0"] == [100, 0], obs["stable_after_commit"]
@@ -171,7 +162,7 @@ def unstable_fetch_scenario(target, ids):
 
 @pytest.mark.requirement("KIP-447.FETCH.002", "KIP-447.FETCH.006")
 def test_offset_fetch_without_require_stable_returns_last_committed(target, differential):
-    _require_stable_fetch(target)
+    require_stable_fetch(target)
     obs = differential.run(unstable_fetch_scenario, requirement="KIP-447.FETCH.002").target
     assert obs["seed_commit"] == 0 and obs["staged"] == 0
     assert obs["v7plus_not_stable"] == [50, 0], "RequireStable=false must return the last committed offset"
@@ -202,7 +193,7 @@ def timeout_abort_scenario(target, ids):
 def test_abandoned_pending_offsets_cleared_by_timeout_abort(target, differential):
     """A producer that vanishes with pending offsets: the coordinator aborts its transaction
     at the transaction timeout (1 s here) and the stable fetch returns the old offset."""
-    _require_stable_fetch(target)
+    require_stable_fetch(target)
     obs = differential.run(timeout_abort_scenario, ignore_keys=["waited_s"]).target
     assert obs["seed"] == 0 and obs["staged"] == 0
     assert obs["first"] == [-1, UNSTABLE_OFFSET_COMMIT], obs
@@ -217,7 +208,7 @@ def test_read_committed_consumer_waits_for_pending_offsets(target, unique):
     records until the transaction ends; then it starts at the resolved offset."""
     from confluent_kafka import Consumer, TopicPartition
 
-    _require_stable_fetch(target)
+    require_stable_fetch(target)
     topic, group = unique.topic(), unique.group()
     confluent.create_topic(target, topic)
     confluent.produce(target, topic, [{"value": b"%d" % i} for i in range(110)], flush_between=50)
@@ -282,7 +273,7 @@ def two_producers_scenario(target, ids):
 def test_abort_of_one_producer_keeps_another_producers_pending_offsets(target, differential):
     """KIP-447.FETCH.008: pending offsets are per producer. A's abort restores p0 to 50 and
     leaves B's pending p1 pending (UNSTABLE_OFFSET_COMMIT); B's later commit makes p1 200."""
-    _require_stable_fetch(target)
+    require_stable_fetch(target)
     obs = differential.run(two_producers_scenario, requirement="KIP-447.FETCH.008").target
     assert obs["seed_commit"] == [0, 0] and obs["init"] == [0, 0] and obs["add_offsets"] == [0, 0], obs
     assert obs["staged"] == [{0: 0}, {1: 0}], obs

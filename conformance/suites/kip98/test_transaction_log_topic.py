@@ -90,6 +90,7 @@ def _check_default(entry: Any, name: str) -> None:
 def test_transaction_log_is_an_internal_topic_built_from_its_settings(target, unique):
     """TXN.008: the coordinator's state lives in the internal topic __transaction_state.
     CONFIG.003: its partition count and replication factor are the broker's settings."""
+    require_transactions(target.capabilities())  # no transactions, no transaction log (before any config read)
     names = ["transaction.state.log.num.partitions", "transaction.state.log.replication.factor"]
     settings = broker_settings(target, names)
     topic = _txn_log_metadata(target, unique)
@@ -107,6 +108,7 @@ def test_transaction_log_is_an_internal_topic_built_from_its_settings(target, un
 @pytest.mark.requirement("KIP-98.CONFIG.004")
 def test_transaction_log_min_isr_and_segment_size_follow_the_settings(target, unique):
     """KIP-98.CONFIG.004: the topic's min.insync.replicas and segment.bytes are the broker's settings."""
+    require_transactions(target.capabilities())  # as above
     names = ["transaction.state.log.min.isr", "transaction.state.log.segment.bytes"]
     settings = broker_settings(target, names)
     _txn_log_metadata(target, unique)

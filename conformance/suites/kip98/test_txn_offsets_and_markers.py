@@ -79,7 +79,7 @@ def test_txn_offsets_are_pending_until_commit_and_dropped_on_abort(differential)
 
 def _offsets_partition(cc, group: str) -> int | None:
     """The group's __consumer_offsets partition; None when the target shows no such topic
-    (the reference keeps group offsets outside any topic)."""
+    (its group offsets are not a topic)."""
     md = cc.refresh([OFFSETS_TOPIC])
     topic = next((t for t in md.topics if t.name == OFFSETS_TOPIC), None)
     if topic is None or int(topic.error_code) != 0 or not topic.partitions:

@@ -1,0 +1,270 @@
+"""`kipcheck compact`: rewrite a recorded trace in the layout check and diff read (schema 3).
+
+A recording's segments (schema 1 or 2) are in write order, and every Spark diff used to
+spend most of its time re-deriving, per trace, what never changes after the recording:
+the alignment key of each exchange (connection ordinal within its client, request
+fingerprint, api ordinal; replay/diff_fields.py) and the trace-wide id placeholders.
+Compaction computes them once, with DuckDB (vectorized, spills to disk), and writes with
+pyarrow, in the declared schema (trace_schema.schema(3)):
+
+* every version-2 column unchanged (so every reader of a trace reads a compacted one),
+  plus the flat key columns of trace_schema.FIELDS_V3;
+* one file per bucket, ``exchanges_BBBBB.parquet``, bucket = Spark's own bucket function
+  of the int64 ``align_conn`` (Murmur3 x86_32, seed 42, pmod N: `spark_bucket`), so Spark
+  reads the files as a bucketed table and joins bucket i of trace A with bucket i of trace
+  B without a shuffle (replay/diff_spark.py, `load_v3`); rows sorted by the alignment key;
+* Parquet key/value metadata: schema_version 3, bucket count, bucket column and hash,
+  sort columns.
+
+``align_conn`` is a hash of (client, connection ordinal) only, never of a trace-specific
+value, so the same connection of two runs lands in the same bucket. Rows without a key
+(gaps, undecoded exchanges) go where Spark puts a null key (bucket of the seed).
+The input is never modified; ``out_dir`` must not exist or be empty.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from replay import diff_fields as f
+from replay import trace_reader as tr
+from replay import trace_schema as ts
+from reference_impl.protocol.api_keys import ApiKey
+
+DEFAULT_BUCKETS = 8
+FILE_PATTERN = "exchanges_{:05d}.parquet"  # Spark reads the bucket id from the `_N` suffix
+SPARK_HASH_SEED = 42
+DUCKDB_MEMORY_LIMIT = "4GB"  # spills beyond it (temp dir next to the output)
+
+
+@dataclass(frozen=True)
+class CompactResult:
+    out_dir: str
+    buckets: int
+    rows: int
+    exchanges: int
+    seconds: float
+
+
+# --- Spark's bucket function, vectorized -------------------------------------------------------
+
+
+def _rotl(x: np.ndarray, r: int) -> np.ndarray:
+    return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
+
+
+def _mix(h1: np.ndarray, k1: np.ndarray) -> np.ndarray:
+    k1 = _rotl(k1 * np.uint32(0xCC9E2D51), 15) * np.uint32(0x1B873593)
+    return _rotl(h1 ^ k1, 13) * np.uint32(5) + np.uint32(0xE6546B64)
+
+
+def spark_hash_long(values: np.ndarray) -> np.ndarray:
+    """Spark's `hash(bigint)` (Murmur3_x86_32.hashLong, seed 42) of int64 values, as int32."""
+    v = values.astype(np.int64).view(np.uint64)
+    with np.errstate(over="ignore"):
+        h = _mix(np.full(v.shape, SPARK_HASH_SEED, np.uint32), (v & np.uint64(0xFFFFFFFF)).astype(np.uint32))
+        h = _mix(h, (v >> np.uint64(32)).astype(np.uint32))
+        h ^= np.uint32(8)
+        h ^= h >> np.uint32(16)
+        h *= np.uint32(0x85EBCA6B)
+        h ^= h >> np.uint32(13)
+        h *= np.uint32(0xC2B2AE35)
+        h ^= h >> np.uint32(16)
+    return h.view(np.int32)
+
+
+def spark_bucket(values: np.ndarray, buckets: int) -> np.ndarray:
+    """pmod(hash(value), buckets): the bucket Spark assigns an int64 bucket column value."""
+    return np.mod(spark_hash_long(values).astype(np.int64), buckets)
+
+
+def null_bucket(buckets: int) -> int:
+    """Spark hashes a null key to the seed."""
+    return SPARK_HASH_SEED % buckets
+
+
+def align_conn_key(client: str, conn_ord: int) -> int:
+    """The int64 bucket key of (client, connection ordinal): the same in every trace."""
+    digest = hashlib.blake2b(f"{client}\0{conn_ord}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
+
+
+# --- the key tables, in DuckDB ----------------------------------------------------------------------
+
+
+def _occurrences_sql() -> str:
+    """Every id occurrence of an exchange as (cat, value, slot): diff_fields.ID_SLOTS."""
+    parts = []
+    for slot, column, sub, cat in f.ID_SLOTS:
+        if sub is None:
+            parts.append(f"[{{'cat': '{cat}', 'value': CAST({column} AS VARCHAR), 'slot': {slot}}}]")
+        else:
+            parts.append(f"list_transform(coalesce({column}, []), lambda e, i: "
+                         f"{{'cat': '{cat}', 'value': CAST(e.{sub} AS VARCHAR), 'slot': CAST({slot} + i - 1 AS INTEGER)}})")
+    return " || ".join(parts)
+
+
+def _request_key_sql() -> str:
+    """diff_fields.request_fingerprint."""
+    return (f"CASE WHEN api_key = {int(ApiKey.METADATA)} "
+            "THEN array_to_string(list_sort(list_distinct(coalesce(topics, []))), ',') "
+            f"WHEN api_key = {int(ApiKey.FIND_COORDINATOR)} THEN coalesce(group_id, transactional_id, '') ELSE '' END")
+
+
+def _key_tables(con) -> None:
+    """conn (connection -> client, ordinal), ex (seq -> request key, api ordinal), ids (seq -> placeholders)."""
+    names = " || ".join(f"list_transform(coalesce({c}, []), lambda e: {{'tid': e.topic_id, 'name': e.topic}})"
+                        for c in f.TOPIC_NAME_LISTS)
+    con.execute(f"""
+CREATE TEMP TABLE ex0 AS SELECT seq, connection_id, request_mono_ns, api_key, {_request_key_sql()} AS request_key,
+  {_occurrences_sql()} AS occ, {names} AS tnames, coalesce(client_id, '') AS client
+  FROM src WHERE kind = 'exchange' AND decode_error IS NULL;
+CREATE TEMP TABLE conn AS SELECT connection_id, align_client,
+  row_number() OVER (PARTITION BY align_client ORDER BY first, connection_id) AS conn_ord
+  FROM (SELECT connection_id, max(client) AS align_client, min(request_mono_ns) AS first FROM ex0 GROUP BY connection_id);
+CREATE TEMP TABLE ex AS SELECT e.seq, e.request_mono_ns, c.align_client, c.conn_ord, e.request_key, e.occ, e.tnames,
+  row_number() OVER (PARTITION BY e.connection_id, e.api_key, e.request_key ORDER BY e.request_mono_ns, e.seq) AS api_ord
+  FROM ex0 e JOIN conn c USING (connection_id);
+DROP TABLE ex0;
+CREATE TEMP TABLE tnames AS SELECT x.tid AS tid, min(x.name) AS name FROM (SELECT unnest(tnames) AS x FROM ex)
+  WHERE x.tid IS NOT NULL AND x.name IS NOT NULL GROUP BY 1;
+CREATE TEMP TABLE occ AS SELECT seq, o.cat AS cat, o.value AS value, o.slot AS slot,
+  {{'c': align_client, 'o': conn_ord, 't': request_mono_ns, 's': seq, 'l': o.slot}} AS ord
+  FROM (SELECT seq, align_client, conn_ord, request_mono_ns, unnest(occ) AS o FROM ex)
+  WHERE NOT (o.value IS NULL OR (o.cat = 'producer_id' AND TRY_CAST(o.value AS BIGINT) < 0)
+             OR (o.cat = 'member_id' AND o.value = '') OR (o.cat = 'topic_id' AND o.value IN ('{f.ZERO_UUID}', '')));
+CREATE TEMP TABLE ph AS
+  SELECT cat, value, '<' || cat || '#' || CAST(row_number() OVER (PARTITION BY cat ORDER BY ord, value) AS VARCHAR) || '>' AS ph
+  FROM (SELECT cat, value, min(ord) AS ord FROM occ
+        WHERE NOT (cat = 'topic_id' AND value IN (SELECT tid FROM tnames)) GROUP BY cat, value)
+  UNION ALL SELECT 'topic_id', tid, '<topic_id:' || name || '>' FROM tnames;
+CREATE TEMP TABLE ids AS SELECT o.seq, map_from_entries(list({{'k': o.slot, 'v': p.ph}} ORDER BY o.slot)) AS id_placeholders
+  FROM occ o JOIN ph p USING (cat, value) GROUP BY o.seq;
+""")
+
+
+def _require_unique_seq(con, trace_dir: str) -> None:
+    """seq identifies an exchange (the recorder numbers them once per run): two recordings in
+    one directory would pair each other's rows."""
+    rows, distinct = con.execute("SELECT count(*), count(DISTINCT seq) FROM src "
+                                 "WHERE kind = 'exchange' AND decode_error IS NULL").fetchall()[0]
+    if rows != distinct:
+        raise tr.TraceError(f"trace {trace_dir} has {rows - distinct} exchange(s) whose seq repeats "
+                            "(more than one recording in the directory?); compact each recording on its own")
+
+
+def _with_align_conn(con, buckets: int) -> None:
+    """align_conn and bucket per connection (Python: a stable hash, never DuckDB's own)."""
+    conn = con.sql("SELECT connection_id, align_client, conn_ord FROM conn").to_arrow_table()
+    keys = np.array([align_conn_key(c, o) for c, o in zip(conn.column("align_client").to_pylist(),
+                                                          conn.column("conn_ord").to_pylist())], dtype=np.int64)
+    keyed = pa.table({"connection_id": conn.column("connection_id"), "align_conn": pa.array(keys, pa.int64()),
+                      "bucket": pa.array(spark_bucket(keys, buckets).astype(np.int32), pa.int32())})
+    con.register("conn_keys", keyed)
+
+
+# --- input and output ---------------------------------------------------------------------------------
+
+
+def _segments(trace_dir: str) -> tuple[list[str], list[str]]:
+    """(version-2 files, version-1 files) of the completed segments; refuses bad ones as read_trace does."""
+    if not os.path.isdir(trace_dir):
+        raise tr.TraceError(f"trace directory {trace_dir} does not exist")
+    done, _partial = tr.list_segments(trace_dir)
+    if not done:
+        raise tr.TraceError(f"trace directory {trace_dir} holds no completed segment (*.parquet)")
+    v2, v1 = [], []
+    for path in done:
+        bad = tr._check_footer(path, os.path.getsize(path))  # noqa: SLF001 - the reader's structural check
+        if bad is not None:
+            raise tr.TraceCorruptError(path, bad[0], bad[1])
+        version = tr.segment_version(path)
+        if version == str(ts.COMPACT_VERSION):
+            raise ValueError(f"{path} is already compacted (schema_version {version})")
+        if version is None or not version.isdigit() or int(version) not in ts.SUPPORTED_VERSIONS:
+            raise tr.UnknownSchemaVersion(path, version)
+        (v1 if version == "1" else v2).append(path)
+    return v2, v1
+
+
+def _register_source(con, v2: list[str], v1: list[str]) -> None:
+    """`src`: every row in the version-2 schema (version-1 segments upgraded by trace_reader)."""
+    parts = []
+    if v2:
+        parts.append(f"SELECT * FROM read_parquet({v2!r})")
+    if v1:
+        con.register("v1_rows", pa.concat_tables([tr.read_segment(p).replace_schema_metadata(None) for p in v1]))
+        parts.append("SELECT * FROM v1_rows")
+    con.execute("CREATE TEMP VIEW src AS " + " UNION ALL BY NAME ".join(parts))
+
+
+def _metadata(buckets: int) -> dict[bytes, bytes]:
+    md = {ts.META_SCHEMA_VERSION: str(ts.COMPACT_VERSION), ts.META_FORMAT: "1", ts.META_BUCKETS: str(buckets),
+          ts.META_BUCKET_COLUMN: "align_conn", ts.META_BUCKET_HASH: ts.V3_BUCKET_HASH,
+          ts.META_SORT_COLUMNS: ",".join(ts.V3_SORT_COLUMNS)}
+    return {k: v.encode() for k, v in md.items()}
+
+
+def _write_buckets(con, out_dir: str, buckets: int) -> None:
+    """One file per bucket, written by pyarrow in the declared schema: DuckDB's own writer
+    marks a column required in a file where it happens to hold no null, and files of one
+    trace must share one schema."""
+    v2_columns = ", ".join(f"s.{name}" for name, _, _ in ts.FIELDS)
+    con.execute(f"""
+CREATE TEMP TABLE out AS SELECT {v2_columns}, coalesce(k.bucket, {null_bucket(buckets)}) AS bucket,
+  e.align_client, e.conn_ord, k.align_conn, e.request_key, e.api_ord, i.id_placeholders
+FROM src s LEFT JOIN ex e ON s.kind = 'exchange' AND s.decode_error IS NULL AND s.seq = e.seq
+  LEFT JOIN conn_keys k ON e.seq IS NOT NULL AND s.connection_id = k.connection_id
+  LEFT JOIN ids i ON e.seq IS NOT NULL AND s.seq = i.seq""")
+    schema = ts.schema(ts.COMPACT_VERSION).with_metadata(_metadata(buckets))
+    columns = ", ".join(schema.names)
+    for b in range(buckets):
+        table = con.sql(f"SELECT {columns} FROM out WHERE bucket = {b} "
+                        f"ORDER BY {', '.join(ts.V3_SORT_COLUMNS)}, seq").to_arrow_table()
+        pq.write_table(table.cast(schema), os.path.join(out_dir, FILE_PATTERN.format(b)), compression="zstd")
+
+
+def compact(trace_dir: str, out_dir: str | None = None, *, buckets: int = DEFAULT_BUCKETS) -> CompactResult:
+    """Write the schema-3 layout of the trace in `trace_dir` into `out_dir` (default
+    TRACE_DIR.v3). Raises trace_reader.TraceError (bad trace) or ValueError (bad out_dir)."""
+    import duckdb  # heavy optional engine: only compaction and its callers load it
+
+    if buckets < 1:
+        raise ValueError(f"buckets must be at least 1, not {buckets}")
+    out_dir = out_dir or trace_dir.rstrip("/") + ".v3"
+    if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
+        raise ValueError(f"--out {out_dir} exists and is not an empty directory")
+    v2, v1 = _segments(trace_dir)
+    t0 = time.perf_counter()
+    os.makedirs(out_dir, exist_ok=True)
+    spill = tempfile.mkdtemp(prefix=".compact-", dir=out_dir)
+    con = duckdb.connect(config={"memory_limit": DUCKDB_MEMORY_LIMIT, "temp_directory": spill})
+    con.execute("SET enable_progress_bar = false")  # our output is one line (kipcheck compact, record)
+    try:
+        _register_source(con, v2, v1)
+        _require_unique_seq(con, trace_dir)
+        _key_tables(con)
+        _with_align_conn(con, buckets)
+        _write_buckets(con, out_dir, buckets)
+        rows, exchanges = con.execute("SELECT count(*), count(*) FILTER (WHERE kind = 'exchange') FROM out").fetchall()[0]
+    except duckdb.Error as exc:
+        raise tr.TraceCorruptError(trace_dir, f"compaction failed: {tr.one_line(exc)}") from exc
+    finally:
+        con.close()
+        shutil.rmtree(spill, ignore_errors=True)  # our own spill directory, never the user's files
+    return CompactResult(out_dir, buckets, rows, exchanges, time.perf_counter() - t0)
+
+
+def layout(path: str) -> dict[str, str]:
+    """The version-3 key/value metadata of one compacted file (bucket count, column, hash, sort)."""
+    md = pq.read_metadata(path).metadata or {}
+    return {k.decode(): v.decode() for k, v in md.items() if k != b"ARROW:schema"}
