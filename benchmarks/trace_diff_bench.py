@@ -34,7 +34,7 @@ from replay import diff_fields as f
 from replay.synthetic_diff_traces import make_traces
 from benchmarks.trace_check_bench import (V3_PREFIX, event_log_conf, print_stages, run_for_result, stage_breakdown,
                                           tree_cpu_seconds)
-from replay.compact import compact
+from replay.compact import compact, occurrences_sql
 from replay.diff_input import inspect_trace
 from replay.spark_session import get_spark
 
@@ -75,17 +75,6 @@ def _normalized_select() -> str:
     return ", ".join(cols)
 
 
-def _occurrence_list() -> str:
-    parts = []
-    for slot, column, sub, cat in f.ID_SLOTS:
-        if sub is None:
-            parts.append(f"[{{'cat': '{cat}', 'value': CAST({column} AS VARCHAR), 'slot': {slot}}}]")
-        else:
-            parts.append(f"list_transform(coalesce({column}, []), lambda e, i: "
-                         f"{{'cat': '{cat}', 'value': CAST(e.{sub} AS VARCHAR), 'slot': {slot} + i - 1}})")
-    return " || ".join(parts)
-
-
 def _duck_prepare(con: Any, name: str, files: list[str]) -> None:
     cols = ", ".join(c for c in f.READ_COLUMNS if c not in ("kind", "decode_error"))
     names = " || ".join(f"list_transform(coalesce({c}, []), lambda e: {{'tid': e.topic_id, 'name': e.topic}})"
@@ -103,7 +92,7 @@ CREATE OR REPLACE TEMP TABLE {name}_k AS
   FROM {name}_raw r JOIN {name}_conn c USING (connection_id);
 CREATE OR REPLACE TEMP TABLE {name}_occ AS
   SELECT seq, _client, _conn_ord, request_mono_ns, o.slot AS slot, o.cat AS cat, o.value AS value
-  FROM (SELECT seq, _client, _conn_ord, request_mono_ns, unnest({_occurrence_list()}) AS o FROM {name}_k)
+  FROM (SELECT seq, _client, _conn_ord, request_mono_ns, unnest({occurrences_sql()}) AS o FROM {name}_k)
   WHERE NOT (o.value IS NULL OR (o.cat = 'producer_id' AND TRY_CAST(o.value AS BIGINT) < 0)
              OR (o.cat = 'member_id' AND o.value = '') OR (o.cat = 'topic_id' AND o.value IN ('{f.ZERO_UUID}', '')));
 CREATE OR REPLACE TEMP TABLE {name}_names AS

@@ -135,10 +135,10 @@ def judge(suite: str, outcome: TestOutcome, target: SuiteTarget, deviations: lis
 
 def deviation_for(suite: str, name: str, target: SuiteTarget, deviations: list[Deviation]) -> Deviation | None:
     """The entry naming this test (`test: SUITE/TestName[/subtest...]`) on this target; an entry
-    naming a test also covers its subtests (the most specific entry wins)."""
+    naming a test also covers its subtests, and one naming the suite alone (`test: SUITE`, with
+    the signature of the one failure it excuses) every test: the most specific entry wins."""
     parts = name.split("/")
-    for n in range(len(parts), 0, -1):
-        key = f"{suite}/{'/'.join(parts[:n])}"
+    for key in [f"{suite}/{'/'.join(parts[:n])}" for n in range(len(parts), 0, -1)] + [suite]:
         for dev in deviations:
             if dev.matches(target.kind, target.version, key, key):
                 return dev

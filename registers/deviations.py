@@ -23,7 +23,8 @@ still fails it.
                                            #   or module.py (every test of the module; needs a signature),
                                            #   or SUITE/TestName[/subtest] for a client suite's test
                                            #   (client_suites/; it covers the test's subtests)
-        requirement: PROTO.BAD.001       # a client-suite entry may say CLIENT.<SUITE> (CLIENT.FRANZ-GO)
+        requirement: PROTO.BAD.001       # a client-suite entry may say CLIENT.<SUITE> (CLIENT.FRANZ-GO);
+                                         #   `test: SUITE` alone (with a signature) covers all its tests
         observed: what the target does instead
         evidence: how it was established (test, command, observation)
 """
@@ -145,8 +146,9 @@ def parse_deviations(data: Any, name: str = "deviations.yaml", catalog: Catalog 
                 re.compile(str(item["signature"]))
             except re.error as exc:
                 problems.append(f"{where}: bad signature regex: {exc}")
-        elif str(item.get("test", "")).endswith(".py"):
-            problems.append(f"{where}: a whole-module entry needs a signature (the one failure it excuses)")
+        elif str(item.get("test", "")).endswith(".py") or _whole_client_suite(item):
+            problems.append(f"{where}: a whole-module or whole-suite entry needs a signature (the one failure it "
+                            "excuses)")
         if len(problems) == before:
             out.append(
                 Deviation(
@@ -169,8 +171,14 @@ def parse_deviations(data: Any, name: str = "deviations.yaml", catalog: Catalog 
 def _client_suite_id(item: dict[str, Any]) -> bool:
     """A client-suite entry (`test: SUITE/TestName`) may name `CLIENT.<SUITE>` instead of a
     catalog id when the failure breaks no catalogued requirement (docs/clients.md)."""
-    suite, _, test = str(item.get("test", "")).partition("/")
-    return bool(test) and str(item.get("requirement")) == f"CLIENT.{suite.upper()}"
+    suite = str(item.get("test", "")).partition("/")[0]
+    return bool(suite) and str(item.get("requirement")) == f"CLIENT.{suite.upper()}"
+
+
+def _whole_client_suite(item: dict[str, Any]) -> bool:
+    """`test: SUITE` with `requirement: CLIENT.<SUITE>`: an entry for every test of a client
+    suite (one failure the target gives them all, e.g. an ApiVersions answer the client cannot read)."""
+    return _client_suite_id(item) and "/" not in str(item.get("test", ""))
 
 
 def load_deviations(path: Path | str | None = None, catalog: Catalog | None = None) -> list[Deviation]:

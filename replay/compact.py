@@ -101,8 +101,9 @@ def align_conn_key(client: str, conn_ord: int) -> int:
 # --- the key tables, in DuckDB ----------------------------------------------------------------------
 
 
-def _occurrences_sql() -> str:
-    """Every id occurrence of an exchange as (cat, value, slot): diff_fields.ID_SLOTS."""
+def occurrences_sql() -> str:
+    """Every id occurrence of an exchange as (cat, value, slot): diff_fields.ID_SLOTS (a DuckDB
+    list expression; the DuckDB diff of benchmarks/trace_diff_bench.py reads the same)."""
     parts = []
     for slot, column, sub, cat in f.ID_SLOTS:
         if sub is None:
@@ -126,7 +127,7 @@ def _key_tables(con) -> None:
                         for c in f.TOPIC_NAME_LISTS)
     con.execute(f"""
 CREATE TEMP TABLE ex0 AS SELECT seq, connection_id, request_mono_ns, api_key, {_request_key_sql()} AS request_key,
-  {_occurrences_sql()} AS occ, {names} AS tnames, coalesce(client_id, '') AS client
+  {occurrences_sql()} AS occ, {names} AS tnames, coalesce(client_id, '') AS client
   FROM src WHERE kind = 'exchange' AND decode_error IS NULL;
 CREATE TEMP TABLE conn AS SELECT connection_id, align_client,
   row_number() OVER (PARTITION BY align_client ORDER BY first, connection_id) AS conn_ord

@@ -150,3 +150,17 @@ def test_a_failure_on_a_target_that_still_answers_runs_the_rest():
     suite = _Scripted({"TestA": "fail", "TestB": "pass"})
     rows = list(run_suite(suite, REF3, suite.tests(), 10, 60.0, deviations=[], down=lambda: None))
     assert [r["verdict"] for r in rows] == ["fail", "pass"]
+
+
+def test_a_whole_suite_entry_excuses_only_its_signature_on_every_test():
+    (dev,) = parse_deviations({"deviations": [{
+        "id": "DEV-899", "target": "reference", "test": "franz-go", "requirement": "CLIENT.FRANZ-GO",
+        "signature": "did not contain enough data", "observed": "o", "evidence": "e"}]}, "t", get_catalog())
+    unreadable = TestOutcome("TestTxnEtl/range", "fail", "unable to read ApiVersions: did not contain enough data", 1.0)
+    other = TestOutcome("TestPing", "fail", "unable to ping: timeout", 1.0)
+    assert judge("franz-go", unreadable, REF3, [dev])[1].startswith("expected failure (xfail): registered deviation DEV-899")
+    assert judge("franz-go", other, REF3, [dev]) == ("fail", "unable to ping: timeout")
+    with pytest.raises(ValueError, match="whole-suite entry needs a signature"):
+        parse_deviations({"deviations": [{"id": "DEV-898", "target": "reference", "test": "franz-go",
+                                          "requirement": "CLIENT.FRANZ-GO", "observed": "o", "evidence": "e"}]},
+                         "t", get_catalog())

@@ -8,9 +8,6 @@ import datetime
 import glob
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -25,8 +22,8 @@ from replay.proxy import ThreadedCaptureProxy
 from replay.record_cmd import finish_leftovers
 from replay.trace_reader import read_trace
 from replay.trace_writer import RawExchange, TraceWriter
+from replay.tests.recording import record_three_api_versions
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 def _api_versions(seq: int, conn: int) -> RawExchange:
     req = framing.encode_request(payloads.build(framing.request_schema(18, 3), client_software_name="t",
@@ -148,21 +145,8 @@ def test_record_spools_by_default_and_ends_with_the_compacted_layout(cluster, tm
     """`kipcheck record` (payloads keep): the spool, decoded at SIGTERM into the trace, which
     is then compacted into OUT.v3; no spool file is left behind."""
     out = str(tmp_path / "trace")
-    proc = subprocess.Popen([sys.executable, "-m", "replay.record_cmd", "--upstream", cluster.bootstrap_servers,
-                             "--out", out], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        host, port = proc.stdout.readline().split()[3].rsplit(":", 1)
-        with RawClient(host, int(port)) as raw:
-            for _ in range(3):
-                raw.api_versions()
-        time.sleep(0.2)
-        proc.send_signal(signal.SIGTERM)
-        rest, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-    assert proc.returncode == 0, err
+    rc, rest, err = record_three_api_versions(cluster.bootstrap_servers, out)
+    assert rc == 0, err
     assert "3 exchange(s)" in rest and "of spooled frames" in rest and f"compacted into {out}.v3" in rest
     assert glob.glob(os.path.join(out, "*.spool*")) == []
     assert read_trace(out)[0].num_rows == 3

@@ -22,6 +22,7 @@ from replay import trace_schema as ts
 from replay.trace_reader import TraceCorruptError, UnknownSchemaVersion, read_trace
 from replay.trace_writer import RawExchange, TraceWriter
 from replay.record_cmd import record
+from replay.tests.recording import record_three_api_versions
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -210,25 +211,8 @@ def test_sigkill_leaves_completed_segments_and_one_partial(tmp_path, writer) -> 
 def test_sigterm_finishes_the_open_segment(tmp_path) -> None:
     out = str(tmp_path / "trace")
     with ThreadedReferenceCluster(brokers=1) as cluster:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "replay.record_cmd", "--upstream", cluster.bootstrap_servers, "--out", out,
-             "--payloads", "drop"],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        try:
-            line = proc.stdout.readline()
-            host, port = line.split()[3].rsplit(":", 1)
-            with RawClient(host, int(port)) as raw:
-                for _ in range(3):
-                    raw.api_versions()
-            time.sleep(0.2)
-            proc.send_signal(signal.SIGTERM)
-            rest, err = proc.communicate(timeout=15)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
-    assert proc.returncode == 0, err
+        rc, rest, err = record_three_api_versions(cluster.bootstrap_servers, out, "--payloads", "drop", timeout_s=15)
+    assert rc == 0, err
     assert "3 exchange(s)" in rest and "1 segment(s)" in rest
     t, report = read_trace(out)
     assert report.skipped == [] and t.num_rows == 3
