@@ -45,6 +45,7 @@ class Worker(threading.Thread):
         self.stop = threading.Event()  # finish the current transaction, then leave
         self.idle_exit = threading.Event()  # leave once the input is drained
         self.assignments: list[list[int]] = []
+        self.assigned_at = 0.0  # monotonic time of the last partitions given (on_assign)
         self.committed_txns, self.aborted_txns, self.copied = 0, 0, 0
         self.ranges: list[tuple[int, int, int, float]] = []  # committed (partition, first, last offset, time)
         self.error: BaseException | None = None
@@ -65,8 +66,7 @@ class Worker(threading.Thread):
             "transactional.id": self.tid, "transaction.timeout.ms": 20000, "linger.ms": 0}))
         try:
             producer.init_transactions(CALL_TIMEOUT_S)
-            consumer.subscribe([self.source], on_assign=lambda c, ps: self.assignments.append(
-                sorted(p.partition for p in ps)))
+            consumer.subscribe([self.source], on_assign=self._assigned)
             idle_since = time.monotonic()
             while not self.stop.is_set():
                 if time.monotonic() > self.deadline:
@@ -75,8 +75,10 @@ class Worker(threading.Thread):
                 if not msgs:
                     # Drained only once it owns every partition again: under the consumer
                     # protocol the last B's partitions come back on A's next heartbeat, up to
-                    # group.consumer.heartbeat.interval.ms (5 s on Kafka) after B left.
-                    if (self.idle_exit.is_set() and time.monotonic() - idle_since > IDLE_EXIT_S
+                    # group.consumer.heartbeat.interval.ms (5 s on Kafka) after B left, and a
+                    # partition just given back is idle only IDLE_EXIT_S after it came.
+                    quiet_since = max(idle_since, self.assigned_at)
+                    if (self.idle_exit.is_set() and time.monotonic() - quiet_since > IDLE_EXIT_S
                             and len(consumer.assignment()) == PARTITIONS):
                         return
                     continue
@@ -85,6 +87,10 @@ class Worker(threading.Thread):
         finally:
             consumer.close()
             producer.flush(CALL_TIMEOUT_S)
+
+    def _assigned(self, consumer: Consumer, partitions: list) -> None:
+        self.assignments.append(sorted(p.partition for p in partitions))
+        self.assigned_at = time.monotonic()
 
     def _transaction(self, consumer: Consumer, producer: Producer, msgs: list) -> None:
         producer.begin_transaction()
