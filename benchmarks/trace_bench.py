@@ -36,6 +36,7 @@ from benchmarks import trace_check_bench as cb
 from benchmarks import trace_diff_bench as db
 from replay import diff_pure
 from replay.check_pure import check_table
+from replay.compact import compact
 from replay.diff_input import inspect_trace
 from replay.engine_choice import CHECK_PURE_LIMIT, DIFF_PURE_LIMIT
 from replay.spark_standalone import StandaloneCluster, executor_venv
@@ -46,7 +47,8 @@ FULL = (100_000, 1_000_000)
 QUICK = (100_000,)
 TEN_M = 10_000_000
 HUNDRED_M = 100_000_000  # --cluster-100m: the standalone cluster only
-CHECK_ENGINES = ("pure", "local[1]", "local[2]")
+# v3:MASTER checks the compacted trace (its event table); the compaction is a row of its own
+CHECK_ENGINES = ("pure", "local[1]", "local[2]", db.V3_PREFIX + "local[1]", db.V3_PREFIX + "local[2]")
 # v3:MASTER diffs the compacted traces (kipcheck compact; the compaction itself untimed)
 DIFF_ENGINES = ("pure", "duckdb", "local[1]", "local[2]", db.V3_PREFIX + "local[1]", db.V3_PREFIX + "local[2]")
 PURE_LIMITS = {"check": CHECK_PURE_LIMIT, "diff": DIFF_PURE_LIMIT}
@@ -144,6 +146,17 @@ def _skip(what: str, engine: str, n: int, budget_end: float) -> str | None:
     return None
 
 
+def compacted(path: str, n: int, rows: list[dict]) -> str:
+    """PATH.v3 (kipcheck compact, with the check's event table), made once per size; its
+    time is a row of the table (a recording pays it once, every check after it reads it)."""
+    out = path + ".v3"
+    if not os.path.isdir(out):
+        c = compact(path, out)
+        rows.append(_row("compact (DuckDB, + event table)", "duckdb", n, c.seconds, f"{c.buckets} buckets"))
+        print_row(rows[-1])
+    return out
+
+
 def run_size(n: int, base: str, cluster, budget_end: float, engines: tuple, diff_engines: tuple,
              baseline: str | None = None) -> list[dict]:
     rows = []
@@ -157,11 +170,14 @@ def run_size(n: int, base: str, cluster, budget_end: float, engines: tuple, diff
             print_row(rows[-1])
             continue
         try:
+            trace, name = path, engine.removeprefix(db.V3_PREFIX)
+            if engine.startswith(db.V3_PREFIX):
+                trace = compacted(path, n, rows)
             if engine == "pure":
                 r = pure_child(f"pure_check({path!r})")
             else:
-                master = cluster.master_url if engine == "standalone" else engine
-                r = _check_child(path, master, cluster if engine == "standalone" else None, root)
+                master = cluster.master_url if name == "standalone" else name
+                r = _check_child(trace, master, cluster if name == "standalone" else None, root)
             exact = sorted(tuple(x) for x in r["found"]) == expected
             rows.append(_row("check", label, n, r["seconds"], f"found == injected ({len(expected)})" if exact
                              else f"WRONG ({len(r['found'])} found, {len(expected)} injected)"))
@@ -281,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes += [TEN_M] * (a.with_10m and TEN_M not in sizes)
     standalone = ("standalone",) * (a.standalone or a.cluster_100m)
     diff_standalone = standalone + tuple(db.V3_PREFIX + e for e in standalone)
-    engines = tuple(e for e in a.engines.split(",") if e) + standalone
+    engines = tuple(e for e in a.engines.split(",") if e) + diff_standalone
     diff_engines = tuple(e for e in a.diff_engines.split(",") if e) + diff_standalone
     base = a.dir or tempfile.mkdtemp(prefix="kipcheck-trace-bench-")
     budget_end = time.monotonic() + a.budget
@@ -301,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         for n in sizes:
             rows.extend(run_size(n, base, cluster, budget_end, engines, diff_engines, baseline))
         if a.cluster_100m:
-            rows.extend(run_size(HUNDRED_M, base, cluster, budget_end, standalone, diff_standalone))
+            rows.extend(run_size(HUNDRED_M, base, cluster, budget_end, diff_standalone, diff_standalone))
     finally:
         if cluster is not None:
             cluster.stop()

@@ -111,13 +111,14 @@ def check_once(path: str, master: str, log_dir: str | None = None) -> dict:
     cpu0, started = tree_cpu_seconds(os.getpid()), time.perf_counter()
     scan = ScanStats()
     paths, _ = validate_segments(path, scan)
-    vdf, stats = run_spark(paths, scan, CheckConfig(), False, master, tempfile.mkdtemp(prefix="kipcheck-check-bench-"))
+    vdf, stats, spark_input = run_spark(paths, scan, CheckConfig(), False, master, tempfile.mkdtemp(prefix="kipcheck-check-bench-"))
     found = [(r.rule_id, r.seq) for r in vdf.select("rule_id", "seq").collect()]
     seconds = time.perf_counter() - started
     cpu = tree_cpu_seconds(os.getpid()) - cpu0
     spark.stop()
     stages = stage_breakdown(log_dir) if log_dir else []
-    return {"rows": stats["rows"], "seconds": seconds, "cpu_seconds": cpu, "found": sorted(found), "stages": stages}
+    return {"rows": stats["rows"], "seconds": seconds, "cpu_seconds": cpu, "found": sorted(found), "stages": stages,
+            "spark_input": spark_input}
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -172,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
                 trace = path + ".v3"
                 if not os.path.isdir(trace):
                     c = compact(path)
-                    print(f"# compacted {n:,} exchanges in {c.seconds:.1f} s ({c.buckets} buckets)", flush=True)
+                    print(f"# compacted {n:,} exchanges in {c.seconds:.1f} s ({c.buckets} buckets, with the check's "
+                          "event table)", flush=True)
             log_dir = tempfile.mkdtemp(prefix="kipcheck-events-") if args.stages else None
             r = run_child(trace, master.removeprefix(V3_PREFIX), log_dir=log_dir)
             exact = sorted(tuple(x) for x in r["found"]) == expected

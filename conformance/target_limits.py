@@ -6,14 +6,15 @@ reference's relaxed bounds: a correct cluster with Kafka's defaults refuses
 [group.share.min.record.lock.duration.ms, group.share.max.record.lock.duration.ms] =
 [15000, 60000]) and must still certify. `limits(target)` asks a broker with DescribeConfigs
 (BROKER resource, as `kafka-configs --describe --entity-type brokers` does) and caches the
-answer per target; `lock_ms(target, wanted)` clamps a wish into the allowed range, and
+answer per target (with the policies a test follows, e.g. group.consumer.migration.policy);
+`lock_ms(target, wanted)` clamps a wish into the allowed range, and
 `require_wait` turns a wait that would be unreasonable into "not supported by target",
 naming the broker setting to change.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka.admin import ConfigResource, ResourceType
@@ -43,15 +44,24 @@ KAFKA_DEFAULTS: dict[str, int] = {
     "transactional.id.expiration.ms": 604_800_000,
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": 10_000,
 }
+# Kafka 4.x's defaults of the policies a test follows (GroupCoordinatorConfig).
+KAFKA_POLICY_DEFAULTS: dict[str, str] = {
+    "group.consumer.migration.policy": "bidirectional",
+}
 
 
 @dataclass(frozen=True)
 class TargetLimits:
     values: dict[str, int]
     described: bool  # False: the target did not answer, Kafka's defaults are assumed
+    policies: dict[str, str] = field(default_factory=dict)  # as the target reported them (lower case)
 
     def __getitem__(self, name: str) -> int:
         return self.values[name]
+
+    def policy(self, name: str) -> str:
+        """A policy as the target reported it, else Kafka's default (`name in policies` tells which)."""
+        return self.policies.get(name, KAFKA_POLICY_DEFAULTS[name])
 
     def clamp(self, wanted: int, low: str, high: str) -> int:
         return min(max(wanted, self.values[low]), self.values[high])
@@ -80,7 +90,9 @@ def _describe(target: Any) -> TargetLimits:
     for name, entry in entries.items():
         if name in values and entry.value is not None and entry.value.lstrip("-").isdigit():
             values[name] = int(entry.value)
-    return TargetLimits(values, described=True)
+    policies = {name: entry.value.lower() for name, entry in entries.items()
+                if name in KAFKA_POLICY_DEFAULTS and entry.value is not None}
+    return TargetLimits(values, described=True, policies=policies)
 
 
 def lock_ms(target: Any, wanted: int) -> int:

@@ -43,7 +43,8 @@ from replay import check_pure  # noqa: E402
 from replay import engine_choice  # noqa: E402
 from replay import trace_reader as tr  # noqa: E402
 from replay.check_rules import BY_ID, RULES  # noqa: E402
-from replay.check_spark import SparkChecker, load_trace  # noqa: E402
+from replay import compact_events  # noqa: E402
+from replay.check_spark import SparkChecker, check_events_table, event_violations, load_trace  # noqa: E402
 from replay.entity_replay import CheckConfig  # noqa: E402
 from replay.spark_session import DEFAULT_SHUFFLE_PARTITIONS, failure_line, get_spark  # noqa: E402
 from reports.usage import non_empty_path, positive_int, usage_line  # noqa: E402
@@ -51,6 +52,8 @@ from reports.usage import non_empty_path, positive_int, usage_line  # noqa: E402
 SAMPLES_PER_RULE = 5
 SMALL_TRACE = 100_000  # exchanges: below it the Spark job runs in 2 shuffle partitions
 # defaults only (spark-submit --conf win); the driver memory default is get_spark's
+SPARK_INPUT_EVENTS = "the check events of the compaction (_check_events)"
+SPARK_INPUT_ROWS = "the trace rows, projected to events"
 SPARK_CONF = {"spark.ui.showConsoleProgress": "false"}
 
 
@@ -180,11 +183,18 @@ def run_pure(paths: list[str], scan: ScanStats, cfg: CheckConfig, skip_undecoded
 
 
 def run_spark(paths: list[str], scan: ScanStats, cfg: CheckConfig, skip_undecoded: bool, master: str | None,
-              out: str) -> tuple[Any, dict]:
+              out: str) -> tuple[Any, dict, str]:
+    """The violations DataFrame (written to OUT, read back), the read statistics, and what
+    the job read: the event table compaction wrote, or the trace rows it projects."""
     stats = scan.stats()
     if stats["undecoded"] and not skip_undecoded:
         raise _undecoded_error(scan.undecoded_first, stats["undecoded"], stats["exchanges"])
     spark = get_spark("kipcheck-check", master, SPARK_CONF)
+    path = os.path.join(out, "violations.parquet")
+    files = compact_events.event_files(os.path.dirname(paths[0]), stats["exchanges"])
+    if files:
+        event_violations(check_events_table(spark, files), cfg).write.mode("overwrite").parquet(path)
+        return spark.read.parquet(path), stats, SPARK_INPUT_EVENTS
     df = load_trace(spark, paths)  # version 1 and 2 segments in one DataFrame
     buckets = None
     if stats["exchanges"] < SMALL_TRACE and spark.conf.get("spark.sql.shuffle.partitions") == DEFAULT_SHUFFLE_PARTITIONS:
@@ -192,10 +202,9 @@ def run_spark(paths: list[str], scan: ScanStats, cfg: CheckConfig, skip_undecode
         spark.conf.set("spark.sql.shuffle.partitions", "2")
         buckets = 2
     checker = SparkChecker(spark, df, scan.topic_ids(), cfg, buckets=buckets)
-    path = os.path.join(out, "violations.parquet")
     checker.violations().write.mode("overwrite").parquet(path)
     checker.unpersist()
-    return spark.read.parquet(path), stats
+    return spark.read.parquet(path), stats, SPARK_INPUT_ROWS
 
 
 def spark_samples(vdf: Any) -> tuple[list[dict], dict[str, int]]:
@@ -271,9 +280,9 @@ def _check(args: argparse.Namespace, paths: list[str], scan: ScanStats, cfg: Che
         pq.write_table(pa.Table.from_pylist(rows, schema=schema), os.path.join(args.out, "violations.parquet"))
         return rows, Counter(r["rule_id"] for r in rows), stats
     with engine_choice.SparkProgress("check", f"{scan.stats()['exchanges']} exchange(s)"):
-        vdf, stats = run_spark(paths, scan, cfg, args.skip_undecoded, args.master, args.out)
+        vdf, stats, spark_input = run_spark(paths, scan, cfg, args.skip_undecoded, args.master, args.out)
         rows, counts = spark_samples(vdf)
-    return rows, Counter(counts), stats
+    return rows, Counter(counts), {**stats, "spark_input": spark_input}
 
 
 def run(args: argparse.Namespace) -> int:

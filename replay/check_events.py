@@ -52,6 +52,18 @@ def relevant_mask(table: Any) -> Any:
     return pc.fill_null(pc.and_(exchange, pc.or_(pc.or_(produce, fetch), other)), False)
 
 
+# The flat event table: every route's event columns (the *_EVENT lists below) with their
+# Spark SQL types; check_spark builds it per check, compact_events writes it once.
+EVENT_FIELDS = (
+    ("route", "string"), ("entity", "string"), ("kind", "string"), ("api", "int"), ("t_req", "long"),
+    ("t_resp", "long"), ("pid", "long"), ("epoch", "int"), ("grant_pid", "long"), ("grant_epoch", "int"),
+    ("ok", "boolean"), ("t", "long"), ("topic", "string"), ("partition", "int"), ("offset", "long"),
+    ("txn", "string"), ("committed", "boolean"), ("topic_id", "string"), ("member", "string"), ("first", "long"),
+    ("last", "long"), ("count", "int"), ("types", "array<int>"), ("group", "string"), ("has_acks", "boolean"),
+    ("error", "int"), ("lso", "long"), ("listed", "boolean"), ("transactional", "boolean"), ("control", "boolean"),
+    ("tid", "string"),
+)
+
 # Event columns per entity kind (what each replay reads of the flat event table).
 TXN_EVENT = ["entity", "seq", "api", "t_req", "t_resp", "pid", "epoch", "grant_pid", "grant_epoch", "ok"]
 GROUP_EVENT = ["entity", "seq", "kind", "t", "topic", "partition", "offset", "txn", "committed"]

@@ -20,7 +20,10 @@ driver (check_cmd gathers it in its decode pass).
 
 from __future__ import annotations
 
+import os
 from typing import Any
+
+import pyarrow.parquet as pq
 
 from replay import check_events as ev
 from replay import trace_reader as tr
@@ -31,16 +34,6 @@ from reference_impl.protocol.api_keys import ApiKey
 
 VIOLATION_DDL = ("rule_id string, requirement_ids string, entity string, seq long, connection_id long, "
                  "api_name string, detail string")
-# the flat event table's struct: every route's event columns (check_events' *_EVENT lists)
-EVENT_FIELDS = (
-    ("route", "string"), ("entity", "string"), ("kind", "string"), ("api", "int"), ("t_req", "long"),
-    ("t_resp", "long"), ("pid", "long"), ("epoch", "int"), ("grant_pid", "long"), ("grant_epoch", "int"),
-    ("ok", "boolean"), ("t", "long"), ("topic", "string"), ("partition", "int"), ("offset", "long"),
-    ("txn", "string"), ("committed", "boolean"), ("topic_id", "string"), ("member", "string"), ("first", "long"),
-    ("last", "long"), ("count", "int"), ("types", "array<int>"), ("group", "string"), ("has_acks", "boolean"),
-    ("error", "int"), ("lso", "long"), ("listed", "boolean"), ("transactional", "boolean"), ("control", "boolean"),
-    ("tid", "string"),
-)
 ROUTE_COLUMNS = {  # what each replay reads of an event
     "txn": ev.TXN_EVENT, "group": ev.GROUP_EVENT, "share_group": ev.SHARE_EVENT, "share_session": ev.SESSION_EVENT,
     "fetch": ev.FETCH_EVENT,
@@ -140,13 +133,13 @@ def load_trace(spark: Any, paths: list[str]) -> Any:
 
 
 OK = "(status = 'ok' AND coalesce(error_code, 0) = 0 AND coalesce(size(error_codes), 0) <= 0)"
-_EVENT_DDL = "struct<" + ", ".join(f"`{n}`: {t}" for n, t in EVENT_FIELDS) + ">"
+_EVENT_DDL = "struct<" + ", ".join(f"`{n}`: {t}" for n, t in ev.EVENT_FIELDS) + ">"
 NO_EVENTS = f"CAST(array() AS array<{_EVENT_DDL}>)"
 
 
 def event(**values: str) -> str:
     """One event struct of the superset schema (absent fields typed nulls); values are SQL."""
-    return "named_struct(" + ", ".join(f"'{n}', CAST({values.get(n, 'NULL')} AS {t})" for n, t in EVENT_FIELDS) + ")"
+    return "named_struct(" + ", ".join(f"'{n}', CAST({values.get(n, 'NULL')} AS {t})" for n, t in ev.EVENT_FIELDS) + ")"
 
 
 def _when(cond: str, value: str) -> str:
@@ -378,3 +371,77 @@ def replay_bucket(table: Any, cfg: CheckConfig) -> list[dict]:
     return [{"rule_id": rule, "requirement_ids": requirements_of(rule), "entity": ent, "seq": seq,
              "connection_id": where.get(seq, (None, None))[0], "api_name": where.get(seq, (None, None))[1],
              "detail": detail} for (rule, ent, seq), detail in found.items()]
+
+
+# --- a compacted trace: the event table compaction wrote (replay/compact_events.py) -------------
+
+
+def check_events_table(spark: Any, files: list[str]) -> Any:
+    """The event files of a compacted trace as a bucketed table (an external table of the
+    session catalog: dropping it never touches the files). With the automatic choice of
+    bucketed scans off, a scan of it has one task per bucket holding whole entities, in the
+    files' (entity_key, seq) order: the replays need no shuffle and no sort."""
+    from pyspark.sql.pandas.types import from_arrow_schema  # pyspark's Arrow bridge, as trace_schema
+
+    directory = os.path.dirname(files[0])
+    schema = pq.read_schema(files[0])
+    ddl = ", ".join(f"`{x.name}` {x.dataType.simpleString()}" for x in from_arrow_schema(schema.remove_metadata()))
+    name = f"kipcheck_events_{abs(hash(directory))}"
+    spark.sql(f"DROP TABLE IF EXISTS {name}")
+    spark.conf.set("spark.sql.sources.bucketing.autoBucketedScan.enabled", "false")
+    spark.sql(f"CREATE TABLE {name} ({ddl}) USING parquet CLUSTERED BY (entity_key) INTO {len(files)} BUCKETS "
+              f"LOCATION {sql_str(directory)}")
+    return spark.table(name)
+
+
+def event_violations(events: Any, cfg: CheckConfig) -> Any:
+    """One mapInArrow over the bucketed events: each task streams its bucket's entities
+    through the replays (replay_sorted); only violations leave it."""
+    def run(batches):  # one bucket, in (entity_key, seq) order
+        import pyarrow as pa  # runs in the Spark executor's Python worker
+
+        schema = _violation_arrow_schema()
+        for found in replay_sorted(batches, cfg):
+            yield pa.RecordBatch.from_pylist(found, schema=schema)
+
+    return events.mapInArrow(run, VIOLATION_DDL)
+
+
+def replay_sorted(batches: Any, cfg: CheckConfig, min_rows: int = 50_000) -> Any:
+    """The violations of a stream of event batches sorted by entity_key, a list per chunk of
+    at least `min_rows` events cut where an entity ends (an entity never spans two chunks,
+    and memory follows the chunk, not the bucket)."""
+    import pyarrow as pa  # runs in the Spark executor's Python worker
+
+    pending: list = []
+    rows = 0
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        pending.append(batch)
+        rows += batch.num_rows
+        if rows < min_rows:
+            continue
+        table = pa.Table.from_batches(pending)
+        keys = table.column("entity_key")
+        last = keys[len(keys) - 1]
+        cut = _first_of_last_entity(keys, last)
+        if cut == 0:
+            continue  # one entity so far: keep reading
+        found = replay_bucket(table.slice(0, cut), cfg)
+        if found:
+            yield found
+        pending, rows = table.slice(cut).to_batches(), table.num_rows - cut
+    if pending:
+        found = replay_bucket(pa.Table.from_batches(pending), cfg)
+        if found:
+            yield found
+
+
+def _first_of_last_entity(keys: Any, last: Any) -> int:
+    """Index of the first row of the trailing run of `last` in a sorted key column."""
+    import pyarrow.compute as pc  # runs in the Spark executor's Python worker
+
+    differs = pc.not_equal(keys, last)
+    idx = pc.indices_nonzero(differs)
+    return 0 if len(idx) == 0 else idx[len(idx) - 1].as_py() + 1

@@ -14,7 +14,9 @@ pyarrow, in the declared schema (trace_schema.schema(3)):
   reads the files as a bucketed table and joins bucket i of trace A with bucket i of trace
   B without a shuffle (replay/diff_spark.py, `load_v3`); rows sorted by the alignment key;
 * Parquet key/value metadata: schema_version 3, bucket count, bucket column and hash,
-  sort columns.
+  sort columns;
+* the check's flat event table, ``_check_events/`` (replay/compact_events.py), so a check
+  of the compacted trace reads events instead of projecting nested columns.
 
 ``align_conn`` is a hash of (client, connection ordinal) only, never of a trace-specific
 value, so the same connection of two runs lands in the same bucket. Rows without a key
@@ -24,7 +26,6 @@ The input is never modified; ``out_dir`` must not exist or be empty.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
@@ -38,11 +39,12 @@ import pyarrow.parquet as pq
 from replay import diff_fields as f
 from replay import trace_reader as tr
 from replay import trace_schema as ts
+from replay import compact_events
+from replay.spark_hash import null_bucket, spark_bucket, stable_key
 from reference_impl.protocol.api_keys import ApiKey
 
 DEFAULT_BUCKETS = 8
 FILE_PATTERN = "exchanges_{:05d}.parquet"  # Spark reads the bucket id from the `_N` suffix
-SPARK_HASH_SEED = 42
 DUCKDB_MEMORY_LIMIT = "4GB"  # spills beyond it (temp dir next to the output)
 
 
@@ -55,47 +57,9 @@ class CompactResult:
     seconds: float
 
 
-# --- Spark's bucket function, vectorized -------------------------------------------------------
-
-
-def _rotl(x: np.ndarray, r: int) -> np.ndarray:
-    return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
-
-
-def _mix(h1: np.ndarray, k1: np.ndarray) -> np.ndarray:
-    k1 = _rotl(k1 * np.uint32(0xCC9E2D51), 15) * np.uint32(0x1B873593)
-    return _rotl(h1 ^ k1, 13) * np.uint32(5) + np.uint32(0xE6546B64)
-
-
-def spark_hash_long(values: np.ndarray) -> np.ndarray:
-    """Spark's `hash(bigint)` (Murmur3_x86_32.hashLong, seed 42) of int64 values, as int32."""
-    v = values.astype(np.int64).view(np.uint64)
-    with np.errstate(over="ignore"):
-        h = _mix(np.full(v.shape, SPARK_HASH_SEED, np.uint32), (v & np.uint64(0xFFFFFFFF)).astype(np.uint32))
-        h = _mix(h, (v >> np.uint64(32)).astype(np.uint32))
-        h ^= np.uint32(8)
-        h ^= h >> np.uint32(16)
-        h *= np.uint32(0x85EBCA6B)
-        h ^= h >> np.uint32(13)
-        h *= np.uint32(0xC2B2AE35)
-        h ^= h >> np.uint32(16)
-    return h.view(np.int32)
-
-
-def spark_bucket(values: np.ndarray, buckets: int) -> np.ndarray:
-    """pmod(hash(value), buckets): the bucket Spark assigns an int64 bucket column value."""
-    return np.mod(spark_hash_long(values).astype(np.int64), buckets)
-
-
-def null_bucket(buckets: int) -> int:
-    """Spark hashes a null key to the seed."""
-    return SPARK_HASH_SEED % buckets
-
-
 def align_conn_key(client: str, conn_ord: int) -> int:
     """The int64 bucket key of (client, connection ordinal): the same in every trace."""
-    digest = hashlib.blake2b(f"{client}\0{conn_ord}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little", signed=True)
+    return stable_key(client, conn_ord)
 
 
 # --- the key tables, in DuckDB ----------------------------------------------------------------------
@@ -257,6 +221,8 @@ def compact(trace_dir: str, out_dir: str | None = None, *, buckets: int = DEFAUL
         _with_align_conn(con, buckets)
         _write_buckets(con, out_dir, buckets)
         rows, exchanges = con.execute("SELECT count(*), count(*) FILTER (WHERE kind = 'exchange') FROM out").fetchall()[0]
+        con.execute("DROP TABLE out")
+        compact_events.write_check_events(con, out_dir, buckets, exchanges)
     except duckdb.Error as exc:
         raise tr.TraceCorruptError(trace_dir, f"compaction failed: {tr.one_line(exc)}") from exc
     finally:

@@ -1,8 +1,9 @@
 """`kipcheck compact TRACE_DIR [--out DIR] [--buckets N]`: write a trace's schema-3 layout.
 
 The compacted trace (replay/compact.py, docs/traces.md "Schema version 3") is what
-`kipcheck diff` joins bucket by bucket on Spark; every other command reads it as it reads
-the recording. Exit 0 and one line saying where it went; bad input (missing directory,
+`kipcheck diff` joins bucket by bucket on Spark, and its event table what `kipcheck check`
+replays bucket by bucket on Spark (replay/compact_events.py); every other command reads it
+as it reads the recording. Exit 0 and one line saying where it went; bad input (missing directory,
 corrupt segment, unknown schema version, already compacted, a non-empty --out): one line
 on stderr and exit 2. The input is never modified.
 """
@@ -24,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=non_empty_path, metavar="DIR",
                    help="where the compacted trace goes (default: TRACE_DIR.v3; must not exist or be empty)")
     p.add_argument("--buckets", type=positive_int(4096), default=cp.DEFAULT_BUCKETS,
-                   help=f"bucket files, the parallelism of a diff (default {cp.DEFAULT_BUCKETS})")
+                   help=f"bucket files, the parallelism of a diff and of a check (default {cp.DEFAULT_BUCKETS})")
 
 
 def run(args: argparse.Namespace) -> int:

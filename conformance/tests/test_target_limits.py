@@ -34,6 +34,19 @@ def test_a_broker_with_kafka_defaults_clamps_a_short_lock_to_15_s(kafka_default_
     assert target_limits.limits(kafka_default_target) is limits  # cached per target
 
 
+def test_the_reference_declares_the_migration_policy_it_follows(kafka_default_target):
+    """It models no online migration (docs/consumer-groups.md): `disabled`, reported, not assumed."""
+    limits = target_limits.limits(kafka_default_target)
+    assert limits.policies == {"group.consumer.migration.policy": "disabled"}
+    assert limits.policy("group.consumer.migration.policy") == "disabled"
+
+
+def test_an_unreported_policy_is_kafkas_default():
+    limits = target_limits.TargetLimits(dict(target_limits.KAFKA_DEFAULTS), described=False)
+    assert limits.policy("group.consumer.migration.policy") == "bidirectional"
+    assert "group.consumer.migration.policy" not in limits.policies
+
+
 def test_the_reference_target_allows_a_1_s_lock():
     target = create_target("reference")
     target.start()

@@ -14,10 +14,11 @@ streams.* and errors.deadletterqueue.* configs, which it does not model. No docu
 text is sent. Other resource types are answered INVALID_REQUEST saying they are not modelled.
 
 BROKER (type 4, name = a node id, or empty for the cluster default): the timeouts and bounds
-the model enforces (`BROKER_CONFIGS`), source DEFAULT_CONFIG (STATIC_BROKER_CONFIG when the
-broker was started with another value), read only, so that a test can read a target's limits
-(session timeouts, lock durations, transaction timeouts) the same way from the reference and
-from Kafka. An unknown node id is INVALID_REQUEST.
+the model enforces and the group.consumer.migration.policy it follows (`BROKER_CONFIGS`),
+source DEFAULT_CONFIG (STATIC_BROKER_CONFIG when the broker was started with another value),
+read only, so that a test can read a target's limits (session timeouts, lock durations,
+transaction timeouts) and policies the same way from the reference and from Kafka. An unknown
+node id is INVALID_REQUEST.
 """
 
 from __future__ import annotations
@@ -79,8 +80,10 @@ if set(DESCRIPTIONS) != set(VALIDATORS):  # a config added to the model must be 
     raise RuntimeError(f"group configs without a description: {sorted(set(VALIDATORS) ^ set(DESCRIPTIONS))}")
 
 
-# the broker configs a test reads to work within a target's limits
+# the broker configs a test reads to work within a target's limits or to follow its policy
 BROKER_CONFIGS: dict[str, Callable[[Any], Any]] = {  # name -> BrokerConfig -> value
+    # `disabled`: the model has no online migration (a test expects Kafka's refusals)
+    "group.consumer.migration.policy": lambda c: c.consumer_group.migration_policy,
     "group.share.min.record.lock.duration.ms": lambda c: c.share_partition.min_record_lock_duration_ms,
     "group.share.max.record.lock.duration.ms": lambda c: c.share_partition.max_record_lock_duration_ms,
     "group.share.record.lock.duration.ms": lambda c: c.share_partition.record_lock_duration_ms,
@@ -120,7 +123,8 @@ def _describe_broker(ctx: RequestContext, resource: Any) -> Any:
     return _result(ctx, resource, ErrorCode.none, None, tuple(
         ctx.nested("DescribeConfigsResourceResult", name=n, value=str(values[n]), read_only=True,
                    config_source=STATIC_BROKER_CONFIG if n in defaults and values[n] != defaults[n] else DEFAULT_CONFIG,
-                   is_sensitive=False, synonyms=(), config_type=INT, documentation=None)
+                   is_sensitive=False, synonyms=(), config_type=STRING if isinstance(values[n], str) else INT,
+                   documentation=None)
         for n in names))
 
 

@@ -63,6 +63,7 @@ CLIENT_GENERATED_MEMBER_ID_VERSION = 1
 # Dynamic group configs (IncrementalAlterConfigs on the GROUP resource) overriding the broker's.
 GROUP_SESSION_TIMEOUT_CONFIG = "consumer.session.timeout.ms"
 GROUP_HEARTBEAT_INTERVAL_CONFIG = "consumer.heartbeat.interval.ms"
+MIGRATION_POLICY_DISABLED = "disabled"  # ConsumerGroupMigrationPolicy.DISABLED's name
 
 # topic id -> partitions
 Assignment = dict[TopicId, frozenset[int]]
@@ -82,6 +83,14 @@ class ConsumerGroupConfig:
     # computed at most this often; meanwhile members reconcile towards the last one. 1000 ms
     # is what Kafka 4.4.0 shows (a second member's partitions arrive ~1 s after it joins).
     assignment_interval_ms: int = 1_000
+
+    @property
+    def migration_policy(self) -> str:
+        """group.consumer.migration.policy as the model follows it: only empty groups change
+        protocol (no mixed groups, no online upgrade; docs/consumer-groups.md), Kafka's
+        `disabled` (ConsumerGroupMigrationPolicy). Fixed, not a setting: the model has no other
+        path, whereas Kafka 4.x defaults to bidirectional."""
+        return MIGRATION_POLICY_DISABLED
 
 
 class MemberState(enum.Enum):
@@ -830,8 +839,11 @@ class ConsumerGroups:
         """An empty consumer group gives its id up (a classic JoinGroup takes it over, Kafka's
         maybeDeleteEmptyConsumerGroup); its offsets stay."""
         group = self.groups.get(group_id)
-        if group is None or group.members:
+        if group is None:
             return False
+        if group.members and self.seeded.has(bugs.CLASSIC_JOIN_TAKES_CONSUMER_GROUP):
+            del self.groups[group_id]  # members and all: the declared migration policy is ignored
+            return True
         return self.delete(group_id) == ErrorCode.none
 
 

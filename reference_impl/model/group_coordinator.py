@@ -439,7 +439,8 @@ class GroupCoordinator:
             return _done(JoinResult(ErrorCode.invalid_session_timeout, member_id=member_id))
         if self.consumer.group(group_id) is not None and not self.consumer.drop_if_empty(group_id):
             # Kafka 4.x lets classic members into a consumer group (mixed groups); the
-            # reference does not model them and refuses (docs/consumer-groups.md, DEV-212).
+            # reference does not model them and refuses, as Kafka with group.consumer.migration.policy
+            # disabled does (ConsumerGroupConfig.migration_policy, docs/consumer-groups.md).
             return _done(JoinResult(ErrorCode.inconsistent_group_protocol, member_id=member_id))
 
         group, now = self._begin(group_id)

@@ -111,6 +111,7 @@ CONSUMER_GROUP_REBALANCE_TIMEOUT_IGNORED = "consumer-group-rebalance-timeout-ign
 TXN_OFFSET_COMMIT_REVOKING_PARTITION_REFUSED = "txn-offset-commit-revoking-partition-refused"
 MEMBER_OFFSET_FETCH_IGNORES_REQUIRE_STABLE = "member-offset-fetch-ignores-require-stable"
 CONSUMER_GROUP_TAKES_SHARE_GROUP_ID = "consumer-group-takes-share-group-id"
+CLASSIC_JOIN_TAKES_CONSUMER_GROUP = "classic-join-takes-consumer-group"
 # -- caught only under faults (kipcheck chaos; chaos/tests/test_broken_reference.py) -----------------
 TXN_COMMIT_ABORTED_ON_DOWN_REPLICA = "txn-commit-aborted-on-down-replica"
 SHARE_LEADER_MOVE_FORGETS_STATE = "share-leader-move-forgets-state"
@@ -269,6 +270,9 @@ BUGS: tuple[SeededBug, ...] = (
     _bug(CONSUMER_GROUP_TAKES_SHARE_GROUP_ID, "KIP-848", ("KIP-848.TYPES.001",),
          "a ConsumerGroupHeartbeat join with a share group's id creates a consumer group of that id "
          "(no GROUP_ID_NOT_FOUND)"),
+    _bug(CLASSIC_JOIN_TAKES_CONSUMER_GROUP, "KIP-848", ("KIP-848.TYPES.003",),
+         "the broker declares group.consumer.migration.policy=disabled, yet a classic JoinGroup into a "
+         "non-empty consumer group replaces that group and is admitted (no INCONSISTENT_GROUP_PROTOCOL)"),
     _bug(TXN_COMMIT_ABORTED_ON_DOWN_REPLICA, "KIP-98", ("KIP-98.TXN.001",),
          "while a replica of a participant partition is down, a committing transaction gets an ABORT "
          "marker there: the commit lands on only some partitions (only a run with node faults sees it)"),

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import json
 
+import pyarrow.parquet as pq
 import pytest
 
 from replay.synthetic_traces import ANOMALY_KINDS, build_table, write_segments
 from reference_impl.server.broker_server import ThreadedReferenceCluster
 from replay import check_cmd
+from replay import compact_events
+from replay.check_events import EVENT_FIELDS
+from replay.check_spark import SparkChecker, load_trace
 from replay.compact import compact
 from replay.check_pure import check_table
 from replay.spark_session import get_spark
@@ -74,15 +78,63 @@ def test_clean_reference_trace_has_no_violation_in_both_engines(spark, reference
     assert summary["engine"] == "spark" and summary["violations"] == 0
     assert summary["read"]["exchanges"] == table.num_rows
     assert "0 violation(s)" in capsys.readouterr().out
+    compact(reference_trace, str(tmp_path / "v3"))  # and its compacted copy, through the event table
+    assert check_cmd.main([str(tmp_path / "v3"), "--out", str(tmp_path / "rep3"), "--engine", "spark"]) == 0
+    summary = json.loads((tmp_path / "rep3" / "summary.json").read_text())
+    assert summary["read"]["spark_input"] == check_cmd.SPARK_INPUT_EVENTS and summary["violations"] == 0
 
 
 def test_spark_check_of_a_compacted_trace_equals_the_pure_check(spark, tmp_path):
-    """Schema 3 (kipcheck compact, 2 -> 3): the Spark check reads the compacted files as
-    current segments and finds what the pure check finds on the recorded ones."""
+    """Schema 3 (kipcheck compact, 2 -> 3): the Spark check reads the event table compaction
+    wrote (one mapInArrow over its buckets) and finds what the pure check finds on the
+    recorded segments, connection and api included."""
     table, expected = build_table(1_300, seed=7)
     write_segments(table, str(tmp_path / "t"), rows_per_segment=500)
     compact(str(tmp_path / "t"), buckets=3)
     assert check_cmd.main([str(tmp_path / "t.v3"), "--out", str(tmp_path / "rep"), "--engine", "spark"]) == 1
     v = spark.read.parquet(str(tmp_path / "rep" / "violations.parquet")).collect()
-    assert {(r.rule_id, r.entity, r.seq) for r in v} == pure_found(table)
+    assert {(r.rule_id, r.entity, r.seq, r.connection_id, r.api_name) for r in v} == {
+        (x["rule_id"], x["entity"], x["seq"], x["connection_id"], x["api_name"]) for x in check_table(table)}
     assert {(r.rule_id, r.seq) for r in v} == set(expected)
+    summary = json.loads((tmp_path / "rep" / "summary.json").read_text())
+    assert summary["read"]["spark_input"] == check_cmd.SPARK_INPUT_EVENTS
+
+
+def event_rows(df) -> list[tuple]:
+    cols = ["seq", "conn", "api_name", *(n for n, _ in EVENT_FIELDS)]
+    return sorted((tuple(r) for r in df.select(*cols).collect()), key=repr)
+
+
+def test_compaction_writes_the_events_the_spark_projection_builds(spark, tmp_path):
+    """The event table of compact_events (DuckDB SQL) holds exactly the rows Spark's own
+    projection and transaction link build from the same trace (check_spark.SparkChecker),
+    row for row: the two SQL texts of one selection cannot drift apart unseen."""
+    table, _ = build_table(2_500, seed=3)
+    write_segments(table, str(tmp_path / "t"), rows_per_segment=1_000)
+    compact(str(tmp_path / "t"), buckets=4)
+    paths = sorted(str(p) for p in (tmp_path / "t").glob("*.parquet"))
+    scan = check_cmd.ScanStats()
+    check_cmd.validate_segments(str(tmp_path / "t"), scan)
+    checker = SparkChecker(spark, load_trace(spark, paths), scan.topic_ids())
+    flat = checker.flat_events()
+    built = flat.where("route <> 'link'").unionByName(checker.linked(flat))
+    written = spark.read.parquet(str(tmp_path / "t.v3" / compact_events.EVENTS_DIR))
+    assert event_rows(written) == event_rows(built)
+    assert {r.route for r in written.select("route").distinct().collect()} == {
+        "txn", "group", "share_group", "share_session", "fetch"}
+
+
+def test_a_stale_event_table_is_not_read(spark, tmp_path):
+    """Event files whose source exchange count is not the trace's (a compacted directory
+    edited afterwards) are ignored: the check projects the exchanges itself."""
+    table, expected = build_table(600, seed=5)
+    write_segments(table, str(tmp_path / "t"), rows_per_segment=600)
+    compact(str(tmp_path / "t"), buckets=2)
+    assert compact_events.event_files(str(tmp_path / "t.v3"), 600)
+    assert compact_events.event_files(str(tmp_path / "t.v3"), 599) is None
+    shard = sorted((tmp_path / "t.v3").glob("exchanges_*.parquet"))[0]
+    kept = pq.read_table(shard)
+    pq.write_table(kept.slice(0, kept.num_rows - 1), shard)  # one exchange fewer than compaction saw
+    assert check_cmd.main([str(tmp_path / "t.v3"), "--out", str(tmp_path / "rep"), "--engine", "spark"]) in (0, 1)
+    summary = json.loads((tmp_path / "rep" / "summary.json").read_text())
+    assert summary["read"]["spark_input"] == check_cmd.SPARK_INPUT_ROWS

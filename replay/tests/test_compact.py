@@ -18,13 +18,17 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from replay import check_cmd, compact_cmd
+from replay import check_cmd, compact_cmd, compact_events
 from replay import compact as cp
 from replay import diff_pure
 from replay import trace_schema as ts
 from replay.check_pure import check_table
+from replay.check_spark import replay_sorted
+from replay.entity_replay import CheckConfig
 from replay.diff_input import inspect_trace
+from replay.spark_hash import null_bucket, spark_bucket, spark_hash_long
 from replay.synthetic_diff_traces import make_traces
+from replay.synthetic_traces import build_table, write_segments
 from replay.trace_reader import TraceError, read_trace
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -49,19 +53,19 @@ def test_every_row_and_column_survives_in_its_spark_bucket(pair) -> None:
     a = pair[0]
     original, _ = read_trace(a)
     files = sorted(os.listdir(a + ".v3"))
-    assert files == [cp.FILE_PATTERN.format(i) for i in range(4)]
+    assert files == [compact_events.EVENTS_DIR] + [cp.FILE_PATTERN.format(i) for i in range(4)]
     compacted, report = read_trace(a + ".v3")
     assert report.skipped == [] and compacted.num_rows == original.num_rows
     names = [name for name, _, _ in ts.FIELDS]
     assert by_seq(compacted.select(names)).equals(by_seq(original.select(names)))
-    for i, name in enumerate(files):
+    for i, name in enumerate(files[1:]):
         path = os.path.join(a + ".v3", name)
         assert cp.layout(path) == {"schema_version": "3", "kipcheck_trace": "1", "buckets": "4",
                                    "bucket_column": "align_conn", "bucket_hash": ts.V3_BUCKET_HASH,
                                    "sort_columns": "align_conn,api_key,request_key,api_ord"}
         t = pq.read_table(path)
         keys = t.column("align_conn").to_numpy()
-        assert (cp.spark_bucket(keys, 4) == i).all()
+        assert (spark_bucket(keys, 4) == i).all()
         order = t.select(list(ts.V3_SORT_COLUMNS)).to_pylist()
         assert order == sorted(order, key=lambda r: tuple(r.values()))
 
@@ -124,7 +128,7 @@ def test_spark_hash_long_known_values() -> None:
     """Spark's `SELECT hash(CAST(v AS BIGINT))` for these values (Spark 4.3, asked once;
     test_diff_spark compares every key of a trace with the live function)."""
     values = np.array([0, 1, -1, 42, 2**62], dtype=np.int64)
-    assert cp.spark_hash_long(values).tolist() == SPARK_HASHES
+    assert spark_hash_long(values).tolist() == SPARK_HASHES
 
 
 SPARK_HASHES = [-1670924195, -1712319331, -939490007, 1316951768, -2030303457]
@@ -142,7 +146,8 @@ def test_command_writes_and_refuses_bad_input(tmp_path, capsys) -> None:
         assert compact_cmd.main(argv) == 2
         err = capsys.readouterr().err
         assert why in err and "Traceback" not in err and len(err.strip().splitlines()) <= 2
-    assert sorted(os.listdir(tmp_path / "c")) == [cp.FILE_PATTERN.format(i) for i in range(2)]  # no spill left
+    assert sorted(os.listdir(tmp_path / "c")) == [compact_events.EVENTS_DIR] + [
+        cp.FILE_PATTERN.format(i) for i in range(2)]  # no spill left
     with pytest.raises(TraceError):
         cp.compact(str(tmp_path / "empty-nope"))
     assert not pc.any(pc.is_null(read_trace(str(tmp_path / "c"))[0].column("align_conn"))).as_py()
@@ -176,9 +181,32 @@ def test_gap_rows_go_to_the_null_key_bucket_and_every_file_has_one_schema(pair, 
     assert len({pq.read_schema(f).remove_metadata() for f in files}) == 1
     table, _ = read_trace(str(tmp_path / "t.v3"))
     assert table.num_rows == read_trace(a)[0].num_rows + 1
-    gaps = pq.read_table(files[cp.null_bucket(4)]).filter(pc.equal(pc.field("kind"), ts.KIND_GAP))
+    gaps = pq.read_table(files[null_bucket(4)]).filter(pc.equal(pc.field("kind"), ts.KIND_GAP))
     assert gaps.num_rows == 1 and gaps.column("align_conn").null_count == 1
     os.makedirs(tmp_path / "only-gap")  # a bucket whose columns hold no null beside empty ones
     (tmp_path / "only-gap" / "g.parquet").write_bytes((tmp_path / "t" / "zz-gap.parquet").read_bytes())
     cp.compact(str(tmp_path / "only-gap"), buckets=4)
     assert read_trace(str(tmp_path / "only-gap.v3"))[0].to_pylist()[0]["gap_count"] == 3
+
+
+def test_the_event_table_replayed_by_bucket_finds_what_the_pure_check_finds(tmp_path) -> None:
+    """Compaction's event table (replay/compact_events.py), read bucket by bucket as the Spark
+    check's mapInArrow reads it and streamed through the replays in chunks cut at entity
+    ends, gives the pure check's violations, connection and api included; each file holds
+    the entities of its Spark bucket, in (entity_key, seq) order."""
+    table, expected = build_table(2_000, seed=13)
+    write_segments(table, str(tmp_path / "t"), rows_per_segment=700)
+    cp.compact(str(tmp_path / "t"), buckets=3)
+    files = compact_events.event_files(str(tmp_path / "t.v3"), 2_000)
+    assert files is not None and len(files) == 3
+    want = sorted((v["rule_id"], v["entity"], v["seq"], v["connection_id"], v["api_name"]) for v in check_table(table))
+    assert {(r, s) for r, _, s, _, _ in want} == set(expected)
+    for min_rows in (1, 10**9):  # an entity is never split across chunks, however small they are
+        got = []
+        for b, path in enumerate(files):
+            events = pq.read_table(path)
+            keys = events.column("entity_key").to_numpy()
+            assert (spark_bucket(keys, 3) == b).all() and (np.diff(keys) >= 0).all()
+            for found in replay_sorted(events.to_batches(max_chunksize=64), CheckConfig(), min_rows=min_rows):
+                got += [(v["rule_id"], v["entity"], v["seq"], v["connection_id"], v["api_name"]) for v in found]
+        assert sorted(got) == want

@@ -95,6 +95,10 @@ def test_check_and_diff_on_a_standalone_cluster_equal_the_pure_engine(tmp_path) 
         check = submit(cluster.master_url, pyfiles, exec_py, "check_cmd.py", str(tmp_path / "trace"),
                        "--out", str(tmp_path / "check"))
         assert check.returncode == 1, check.stderr[-3000:]
+        compact(str(tmp_path / "trace"), buckets=2)  # schema 3: the event table's buckets, one task each
+        check3 = submit(cluster.master_url, pyfiles, exec_py, "check_cmd.py", str(tmp_path / "trace.v3"),
+                        "--out", str(tmp_path / "check3"))
+        assert check3.returncode == 1, check3.stderr[-3000:]
         diff = submit(cluster.master_url, pyfiles, exec_py, "diff_cmd.py", a_dir, b_dir, "--out", str(tmp_path / "dr"),
                       "--no-json")
         assert diff.returncode == 1, diff.stderr[-3000:]
@@ -109,10 +113,12 @@ def test_check_and_diff_on_a_standalone_cluster_equal_the_pure_engine(tmp_path) 
     got = {(r["rule_id"], r["entity"], r["seq"]) for r in pq.read_table(tmp_path / "check" / "violations.parquet").to_pylist()}
     assert got == {(v["rule_id"], v["entity"], v["seq"]) for v in check_table(table)}
     assert {(rule, seq) for rule, _, seq in got} == set(injected) and len(injected) == 11
+    got3 = {(r["rule_id"], r["entity"], r["seq"]) for r in pq.read_table(tmp_path / "check3" / "violations.parquet").to_pylist()}
+    assert got3 == got
     pure, _ = diff_pure.run(inspect_trace(a_dir), inspect_trace(b_dir), None, False)
     rows = pq.read_table(tmp_path / "dr" / "divergences.parquet").to_pylist()
     assert sorted(map(_key, rows)) == sorted(map(_key, pure.to_pylist()))
     assert {(r["kind"], r["a_seq"], r["path"]) for r in rows} == expected_diff
     rows3 = pq.read_table(tmp_path / "dr3" / "divergences.parquet").to_pylist()
     assert sorted(map(_key, rows3)) == sorted(map(_key, pure.to_pylist()))
-    assert len(apps) == 4, f"executors of {len(apps)} application(s) on the workers: the jobs did not run on the cluster"
+    assert len(apps) == 5, f"executors of {len(apps)} application(s) on the workers: the jobs did not run on the cluster"

@@ -5,6 +5,15 @@ every record. The answers are Kafka 4.4.0's, measured on kafka-native: GROUP_ID_
 ("Group X is not a share group" / "... not a consumer group") for the other kind's
 heartbeat and for commits to a share group's id, INCONSISTENT_GROUP_PROTOCOL for a classic
 JoinGroup to a share group's id.
+
+Online migration between the classic and consumer protocols (TYPES.003/004) follows the
+target's group.consumer.migration.policy (DescribeConfigs BROKER via conformance.target_limits;
+unreported: Kafka 4.x's default, bidirectional). Where the policy forbids a direction the test
+checks Kafka's refusal instead -- which can fail -- and the migration itself is "not supported
+by target". Kafka 4.4.0, measured per policy: a classic JoinGroup into a non-empty consumer group
+is admitted unless the policy is disabled (else INCONSISTENT_GROUP_PROTOCOL); a consumer
+heartbeat converts a non-empty classic group only under upgrade or bidirectional (else
+GROUP_ID_NOT_FOUND, GroupMetadataManager.validateOnlineUpgrade).
 """
 
 from __future__ import annotations
@@ -19,8 +28,14 @@ from kio.schema.consumer_protocol_assignment.v0.data import ConsumerProtocolAssi
 from kio.schema.types import TopicName
 
 from clients import confluent, groups, share, wire
+from conformance import target_limits
 from conformance.suites.kip447 import CONSUMER, RawTxn, group_coordinator, join, sync
 from reference_impl.protocol import framing
+from targets.target import NotSupportedByTarget
+
+MIGRATION_POLICY = "group.consumer.migration.policy"
+CLASSIC_JOIN_ALLOWED = frozenset({"upgrade", "downgrade", "bidirectional"})  # all but disabled (measured)
+ONLINE_UPGRADE_ALLOWED = frozenset({"upgrade", "bidirectional"})  # ConsumerGroupMigrationPolicy.isUpgradeEnabled
 
 
 def conflict_scenario(target, ids):
@@ -67,6 +82,19 @@ def test_group_id_of_one_kind_is_refused_to_the_other(target, differential, cons
     assert obs["consumer_member_kept"] == 0 and obs["share_member_kept"] == 0, f"a refused join changed a group: {obs}"
 
 
+def migration_policy(target) -> dict:
+    """The target's group.consumer.migration.policy as observation keys: its value and whether
+    the target reported it (False: Kafka 4.x's default is assumed, e.g. kfake, older Kafka)."""
+    limits = target_limits.limits(target)
+    return {"migration_policy": limits.policy(MIGRATION_POLICY), "policy_reported": MIGRATION_POLICY in limits.policies}
+
+
+def not_supported_migration(requirement: str, what: str, obs: dict) -> NotSupportedByTarget:
+    """The migration requirement is not supported: the target's policy forbids it (its refusal was checked)."""
+    return NotSupportedByTarget(f"{requirement} ({what}): the target's {MIGRATION_POLICY} is "
+                                f"{obs['migration_policy']!r}; Kafka's refusal was checked: {obs}")
+
+
 def _assignment(topic: str, partitions: tuple[int, ...]) -> bytes:
     """Embedded consumer-protocol assignment (int16 version 0, then kio's v0 schema): Kafka
     reads it when it converts a classic group (ConsumerGroup.fromClassicGroup)."""
@@ -84,18 +112,25 @@ def classic_into_consumer_scenario(target, ids):
         member = groups.join_consumer(cc, group, [topic], want=1)
         joined = join(coord, group, topic, timeout_s=30)
         kept = member.beat()
-    return {"setup": member.errors, "classic_join": int(joined.error_code), "consumer_member_beat": kept}
+    return {"setup": member.errors, "classic_join": int(joined.error_code), "consumer_member_beat": kept,
+            **migration_policy(target)}
 
 
 @pytest.mark.requirement("KIP-848.TYPES.003")
 def test_classic_member_joins_a_consumer_group(target, differential, consumer_protocol):
-    """KIP-848.TYPES.003: Kafka 4.x's default group.consumer.migration.policy (bidirectional) lets a classic
-    member into a non-empty consumer group (a mixed group): its JoinGroup answers NONE and the
-    consumer member stays (GroupMetadataManager.classicGroupJoinToConsumerGroup)."""
+    """KIP-848.TYPES.003: a group.consumer.migration.policy other than disabled (Kafka 4.x's default:
+    bidirectional) lets a classic member into a non-empty consumer group (a mixed group): its
+    JoinGroup answers NONE and the consumer member stays (GroupMetadataManager.
+    classicGroupJoinToConsumerGroup). Under disabled the JoinGroup answers INCONSISTENT_GROUP_PROTOCOL,
+    the consumer member stays, and the requirement is not supported by target."""
     obs = differential.run(classic_into_consumer_scenario).target
     assert obs["setup"] == [], obs
-    assert obs["classic_join"] == E.none, f"a classic JoinGroup into a consumer group was refused: {obs}"
+    allowed = obs["migration_policy"] in CLASSIC_JOIN_ALLOWED
+    assert obs["classic_join"] == (E.none if allowed else E.inconsistent_group_protocol), \
+        f"a classic JoinGroup into a consumer group, {MIGRATION_POLICY} {obs['migration_policy']!r}: {obs}"
     assert obs["consumer_member_beat"] == E.none, f"the consumer member lost its place: {obs}"
+    if not allowed:
+        raise not_supported_migration("KIP-848.TYPES.003", "a classic member in a consumer group", obs)
 
 
 def consumer_into_classic_scenario(target, ids):
@@ -113,18 +148,23 @@ def consumer_into_classic_scenario(target, ids):
             setup += [int(synced.error_code)] if int(synced.error_code) else []
         newcomer = groups.Member(cc, group, CONSUMER, share.new_member_id(), 0, None)
         upgrade = newcomer.beat(topics=[topic], rebalance_ms=10_000)
-    return {"setup": setup, "consumer_heartbeat": upgrade}
+    return {"setup": setup, "consumer_heartbeat": upgrade, **migration_policy(target)}
 
 
 @pytest.mark.requirement("KIP-848.TYPES.004")
 def test_consumer_member_joins_a_classic_group(target, differential, consumer_protocol):
-    """KIP-848.TYPES.004: Kafka 4.x's default migration policy (bidirectional) converts a non-empty classic group
-    whose members use the consumer embedded protocol into a consumer group when a KIP-848
-    member joins (online upgrade, GroupMetadataManager.convertToConsumerGroup): its heartbeat
-    answers NONE."""
+    """KIP-848.TYPES.004: migration policy upgrade or bidirectional (Kafka 4.x's default) converts a
+    non-empty classic group whose members use the consumer embedded protocol into a consumer group
+    when a KIP-848 member joins (online upgrade, GroupMetadataManager.convertToConsumerGroup): its
+    heartbeat answers NONE. Under disabled or downgrade it answers GROUP_ID_NOT_FOUND and the
+    requirement is not supported by target."""
     obs = differential.run(consumer_into_classic_scenario).target
     assert obs["setup"] == [], obs
-    assert obs["consumer_heartbeat"] == E.none, f"a consumer heartbeat on a classic group was refused: {obs}"
+    allowed = obs["migration_policy"] in ONLINE_UPGRADE_ALLOWED
+    assert obs["consumer_heartbeat"] == (E.none if allowed else E.group_id_not_found), \
+        f"a consumer heartbeat on a classic group, {MIGRATION_POLICY} {obs['migration_policy']!r}: {obs}"
+    if not allowed:
+        raise not_supported_migration("KIP-848.TYPES.004", "online upgrade of a classic group", obs)
 
 
 RECORDS = 20
