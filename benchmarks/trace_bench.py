@@ -2,7 +2,8 @@
 
 One invocation, one table (issue 27, item 5): for each size (default 100k and 1M exchanges;
 ``--with-10m`` adds 10M; ``--quick``: 100k) `kipcheck check` on the pure engine, Spark
-local[1] and local[2], and `kipcheck diff` on the pure engine, DuckDB (the SQL baseline of
+local[1] and local[2], on the recorded layout and, rows ``v3:MASTER``, on the compacted one
+through its event table (the compaction timed as a row of its own), and `kipcheck diff` on the pure engine, DuckDB (the SQL baseline of
 benchmarks.trace_diff_bench), local[1] and local[2], on the recorded layout and, rows
 ``v3:MASTER``, on the compacted one (kipcheck compact, untimed); ``--standalone`` adds a loopback
 standalone cluster (replay.spark_standalone: master + 2 workers of 1 core, executors on a

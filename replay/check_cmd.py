@@ -44,7 +44,7 @@ from replay import engine_choice  # noqa: E402
 from replay import trace_reader as tr  # noqa: E402
 from replay.check_rules import BY_ID, RULES  # noqa: E402
 from replay import compact_events  # noqa: E402
-from replay.check_spark import SparkChecker, check_events_table, event_violations, load_trace  # noqa: E402
+from replay.check_spark import SparkChecker, event_violations, load_trace  # noqa: E402
 from replay.entity_replay import CheckConfig  # noqa: E402
 from replay.spark_session import DEFAULT_SHUFFLE_PARTITIONS, failure_line, get_spark  # noqa: E402
 from reports.usage import non_empty_path, positive_int, usage_line  # noqa: E402
@@ -193,7 +193,7 @@ def run_spark(paths: list[str], scan: ScanStats, cfg: CheckConfig, skip_undecode
     path = os.path.join(out, "violations.parquet")
     files = compact_events.event_files(os.path.dirname(paths[0]), stats["exchanges"])
     if files:
-        event_violations(check_events_table(spark, files), cfg).write.mode("overwrite").parquet(path)
+        event_violations(spark, files, cfg).write.mode("overwrite").parquet(path)
         return spark.read.parquet(path), stats, SPARK_INPUT_EVENTS
     df = load_trace(spark, paths)  # version 1 and 2 segments in one DataFrame
     buckets = None

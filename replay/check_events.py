@@ -71,6 +71,10 @@ SHARE_EVENT = ["entity", "seq", "kind", "topic_id", "partition", "member", "firs
                "t_resp", "ok"]  # entity: the share group
 SESSION_EVENT = ["entity", "seq", "api", "group", "member", "epoch", "has_acks", "error", "conn"]
 FETCH_EVENT = ["entity", "seq", "kind", "pid", "first", "last", "transactional", "control", "listed", "lso"]  # entity: topic-partition
+ROUTE_COLUMNS = {  # what each replay (replay.entity_replay.REPLAYS) reads of an event
+    "txn": TXN_EVENT, "group": GROUP_EVENT, "share_group": SHARE_EVENT, "share_session": SESSION_EVENT,
+    "fetch": FETCH_EVENT,
+}
 
 
 def session_key(upstream: str, group: str, member: str) -> str:

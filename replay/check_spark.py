@@ -34,10 +34,6 @@ from reference_impl.protocol.api_keys import ApiKey
 
 VIOLATION_DDL = ("rule_id string, requirement_ids string, entity string, seq long, connection_id long, "
                  "api_name string, detail string")
-ROUTE_COLUMNS = {  # what each replay reads of an event
-    "txn": ev.TXN_EVENT, "group": ev.GROUP_EVENT, "share_group": ev.SHARE_EVENT, "share_session": ev.SESSION_EVENT,
-    "fetch": ev.FETCH_EVENT,
-}
 LINK = "link"  # events of a transactional id that the window turns into group / fetch events
 
 
@@ -348,26 +344,31 @@ def _violation_arrow_schema() -> Any:
     return pa.schema([(name, types[t]) for name, t in (c.split() for c in VIOLATION_DDL.split(", "))])
 
 
-def replay_bucket(table: Any, cfg: CheckConfig) -> list[dict]:
-    """The violations of the entities in one bucket of the flat event table (an Arrow
-    table), one per (rule, entity, seq) with the smallest detail, with the exchange's
-    connection and api. Each route converts only the columns its replay reads (Arrow's
-    to_pylist: no pandas objects, nulls as None)."""
+def replay_bucket(table: Any, cfg: CheckConfig, route: str | None = None) -> list[dict]:
+    """The violations of the entities in one bucket of events (an Arrow table): of the flat
+    event table (a `route` column), or of one route's table (`route` given). One per (rule,
+    entity, seq) with the smallest detail, with the exchange's connection and api. Each route
+    converts only the columns its replay reads (Arrow's to_pylist: no pandas objects, nulls
+    as None)."""
+    import pyarrow as pa  # runs in the Spark executor's Python worker
     import pyarrow.compute as pc  # runs in the Spark executor's Python worker
 
-    where = {seq: (conn, api) for seq, conn, api in zip(
-        *(table.column(c).to_pylist() for c in ("seq", "conn", "api_name"))) if api is not None}
     found: dict[tuple, str] = {}
-    for route in pc.unique(table.column("route")).to_pylist():
-        cols = ROUTE_COLUMNS[route]
+    for r in [route] if route else pc.unique(table.column("route")).to_pylist():
+        part = table if route else table.filter(pc.equal(table.column("route"), r))
         by: dict[str, list[dict]] = {}
-        for e in table.filter(pc.equal(table.column("route"), route)).select(list(cols)).to_pylist():
+        for e in part.select(list(ev.ROUTE_COLUMNS[r])).to_pylist():
             by.setdefault(e["entity"], []).append(e)
         for entity, evs in by.items():
-            for rule, ent, seq, detail in REPLAYS[route](entity, evs, cfg):
+            for rule, ent, seq, detail in REPLAYS[r](entity, evs, cfg):
                 key = (rule, ent, int(seq))
                 if key not in found or detail < found[key]:
                     found[key] = detail
+    if not found:
+        return []
+    named = table.filter(pc.and_(pc.is_in(table.column("seq"), pa.array(sorted({k[2] for k in found}), pa.int64())),
+                                 pc.is_valid(table.column("api_name"))))
+    where = {seq: (conn, api) for seq, conn, api in zip(*(named.column(c).to_pylist() for c in ("seq", "conn", "api_name")))}
     return [{"rule_id": rule, "requirement_ids": requirements_of(rule), "entity": ent, "seq": seq,
              "connection_id": where.get(seq, (None, None))[0], "api_name": where.get(seq, (None, None))[1],
              "detail": detail} for (rule, ent, seq), detail in found.items()]
@@ -377,10 +378,10 @@ def replay_bucket(table: Any, cfg: CheckConfig) -> list[dict]:
 
 
 def check_events_table(spark: Any, files: list[str]) -> Any:
-    """The event files of a compacted trace as a bucketed table (an external table of the
-    session catalog: dropping it never touches the files). With the automatic choice of
-    bucketed scans off, a scan of it has one task per bucket holding whole entities, in the
-    files' (entity_key, seq) order: the replays need no shuffle and no sort."""
+    """One route's event files of a compacted trace as a bucketed table (an external table
+    of the session catalog: dropping it never touches the files). With the automatic choice
+    of bucketed scans off, a scan of it has one task per bucket holding whole entities, in
+    the files' (entity_key, seq) order: the replays need no shuffle and no sort."""
     from pyspark.sql.pandas.types import from_arrow_schema  # pyspark's Arrow bridge, as trace_schema
 
     directory = os.path.dirname(files[0])
@@ -394,23 +395,30 @@ def check_events_table(spark: Any, files: list[str]) -> Any:
     return spark.table(name)
 
 
-def event_violations(events: Any, cfg: CheckConfig) -> Any:
-    """One mapInArrow over the bucketed events: each task streams its bucket's entities
-    through the replays (replay_sorted); only violations leave it."""
-    def run(batches):  # one bucket, in (entity_key, seq) order
-        import pyarrow as pa  # runs in the Spark executor's Python worker
+def event_violations(spark: Any, files: dict[str, list[str]], cfg: CheckConfig) -> Any:
+    """One mapInArrow per route over its bucketed events, unioned (one job, no shuffle):
+    each task streams one bucket of one route through its replay (replay_sorted); only
+    violations leave it."""
+    def runner(route: str):
+        def run(batches):  # one bucket of one route, in (entity_key, seq) order
+            import pyarrow as pa  # runs in the Spark executor's Python worker
 
-        schema = _violation_arrow_schema()
-        for found in replay_sorted(batches, cfg):
-            yield pa.RecordBatch.from_pylist(found, schema=schema)
+            schema = _violation_arrow_schema()
+            for found in replay_sorted(batches, cfg, route):
+                yield pa.RecordBatch.from_pylist(found, schema=schema)
+        return run
 
-    return events.mapInArrow(run, VIOLATION_DDL)
+    parts = [check_events_table(spark, paths).mapInArrow(runner(route), VIOLATION_DDL) for route, paths in files.items()]
+    out = parts[0]
+    for more in parts[1:]:
+        out = out.unionByName(more)
+    return out
 
 
-def replay_sorted(batches: Any, cfg: CheckConfig, min_rows: int = 50_000) -> Any:
-    """The violations of a stream of event batches sorted by entity_key, a list per chunk of
-    at least `min_rows` events cut where an entity ends (an entity never spans two chunks,
-    and memory follows the chunk, not the bucket)."""
+def replay_sorted(batches: Any, cfg: CheckConfig, route: str, min_rows: int = 50_000) -> Any:
+    """The violations of a stream of one route's event batches sorted by entity_key, a list
+    per chunk of at least `min_rows` events cut where an entity ends (an entity never spans
+    two chunks, and memory follows the chunk, not the bucket)."""
     import pyarrow as pa  # runs in the Spark executor's Python worker
 
     pending: list = []
@@ -424,16 +432,15 @@ def replay_sorted(batches: Any, cfg: CheckConfig, min_rows: int = 50_000) -> Any
             continue
         table = pa.Table.from_batches(pending)
         keys = table.column("entity_key")
-        last = keys[len(keys) - 1]
-        cut = _first_of_last_entity(keys, last)
+        cut = _first_of_last_entity(keys, keys[len(keys) - 1])
         if cut == 0:
             continue  # one entity so far: keep reading
-        found = replay_bucket(table.slice(0, cut), cfg)
+        found = replay_bucket(table.slice(0, cut), cfg, route)
         if found:
             yield found
         pending, rows = table.slice(cut).to_batches(), table.num_rows - cut
     if pending:
-        found = replay_bucket(pa.Table.from_batches(pending), cfg)
+        found = replay_bucket(pa.Table.from_batches(pending), cfg, route)
         if found:
             yield found
 
@@ -442,6 +449,5 @@ def _first_of_last_entity(keys: Any, last: Any) -> int:
     """Index of the first row of the trailing run of `last` in a sorted key column."""
     import pyarrow.compute as pc  # runs in the Spark executor's Python worker
 
-    differs = pc.not_equal(keys, last)
-    idx = pc.indices_nonzero(differs)
+    idx = pc.indices_nonzero(pc.not_equal(keys, last))
     return 0 if len(idx) == 0 else idx[len(idx) - 1].as_py() + 1

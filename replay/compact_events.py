@@ -5,7 +5,8 @@ exchange into events in the JVM (~40 CPU-us per exchange, docs/trace-checks.md),
 check of the same trace. Compaction does that projection once, in DuckDB (``UNNEST`` and
 list lambdas are vectorized there), with the transaction link already resolved, and writes
 one row per (route, entity, event) -- the rows `replay.check_spark.SparkChecker` builds
-with `flat_events` + `linked` -- into ``_check_events/events_BBBBB.parquet``:
+with `flat_events` + `linked` -- into ``_check_events/ROUTE/events_BBBBB.parquet``, each
+route's files with only the columns its replay reads (check_events.ROUTE_COLUMNS):
 
 * bucket = Spark's bucket function of the int64 ``entity_key`` (a stable hash of route and
   entity, `replay.spark_hash`), so Spark reads the directory as a bucketed table
@@ -43,8 +44,12 @@ _ARROW = {"string": pa.string(), "int": pa.int32(), "long": pa.int64(), "boolean
           "array<int>": pa.list_(pa.int32())}
 
 
-def arrow_schema() -> pa.Schema:
-    return pa.schema([*KEY_COLUMNS, *((n, _ARROW[t]) for n, t in ev.EVENT_FIELDS)])
+def arrow_schema(route: str) -> pa.Schema:
+    """One route's event file: the keys, then the columns its replay reads (check_events.ROUTE_COLUMNS)."""
+    types = dict(ev.EVENT_FIELDS)
+    keys = {name for name, _ in KEY_COLUMNS}
+    cols = [c for c in ev.ROUTE_COLUMNS[route] if c not in keys]
+    return pa.schema([*KEY_COLUMNS, *((c, _ARROW[types[c]]) for c in cols)])
 
 
 def entity_key(route: str, entity: str | None) -> int:
@@ -199,34 +204,43 @@ def _keys(con, buckets: int) -> None:
 
 
 def write_check_events(con, out_dir: str, buckets: int, exchanges: int) -> int:
-    """Write the event table of the trace registered as `src` into OUT/_check_events; returns its row count."""
+    """Write the event table of the trace registered as `src` into OUT/_check_events/ROUTE/,
+    one file per bucket and route, each with only the columns its replay reads (what Spark
+    hands the Python replays is what they use); returns the number of events written."""
     _register_events(con)
     _keys(con, buckets)
-    schema = arrow_schema().with_metadata({
-        META_EVENTS_FORMAT: EVENTS_FORMAT.encode(), ts.META_BUCKETS: str(buckets).encode(),
-        ts.META_BUCKET_COLUMN: b"entity_key", META_SOURCE_EXCHANGES: str(exchanges).encode()})
-    target = os.path.join(out_dir, EVENTS_DIR)
-    os.makedirs(target)
-    columns = ", ".join(f'e."{n}"' if n != "entity_key" else "k.entity_key" for n in schema.names)
+    con.execute("CREATE TEMP TABLE keyed AS SELECT e.*, k.entity_key, k.bucket FROM events e "
+                "JOIN entity_keys k ON e.route = k.route AND e.entity = k.entity; DROP TABLE events")
     total = 0
-    for b in range(buckets):
-        table = con.sql(f"SELECT {columns} FROM events e JOIN entity_keys k ON e.route = k.route AND e.entity IS NOT DISTINCT FROM k.entity "
-                        f"WHERE k.bucket = {b} ORDER BY k.entity_key, e.seq").to_arrow_table()
-        pq.write_table(table.cast(schema), os.path.join(target, FILE_PATTERN.format(b)), compression="zstd")
-        total += table.num_rows
+    for route in ev.ROUTE_COLUMNS:
+        schema = arrow_schema(route).with_metadata({
+            META_EVENTS_FORMAT: EVENTS_FORMAT.encode(), ts.META_BUCKETS: str(buckets).encode(),
+            ts.META_BUCKET_COLUMN: b"entity_key", META_SOURCE_EXCHANGES: str(exchanges).encode()})
+        target = os.path.join(out_dir, EVENTS_DIR, route)
+        os.makedirs(target)
+        columns = ", ".join(f'"{n}"' for n in schema.names)
+        for b in range(buckets):
+            table = con.sql(f"SELECT {columns} FROM keyed WHERE route = {lit(route)} AND bucket = {b} "
+                            "ORDER BY entity_key, seq").to_arrow_table()
+            pq.write_table(table.cast(schema), os.path.join(target, FILE_PATTERN.format(b)), compression="zstd")
+            total += table.num_rows
     return total
 
 
-def event_files(trace_dir: str, exchanges: int) -> list[str] | None:
-    """The event files of a compacted trace, if compaction wrote them in this format for
-    these exchanges; None otherwise (the check then projects the exchanges itself)."""
-    target = os.path.join(trace_dir, EVENTS_DIR)
-    files = sorted(os.path.join(target, n) for n in os.listdir(target) if n.endswith(".parquet")) if os.path.isdir(target) else []
-    if not files:
-        return None
-    md = pq.read_schema(files[0]).metadata or {}
-    if md.get(META_EVENTS_FORMAT) != EVENTS_FORMAT.encode() or md.get(META_SOURCE_EXCHANGES) != str(exchanges).encode():
-        return None
-    if len(files) != int(md[ts.META_BUCKETS]):
-        return None
-    return files
+def event_files(trace_dir: str, exchanges: int) -> dict[str, list[str]] | None:
+    """Route -> the event files of a compacted trace, if compaction wrote every route's in
+    this format for these exchanges; None otherwise (the check then projects the exchanges
+    itself)."""
+    out = {}
+    for route in ev.ROUTE_COLUMNS:
+        target = os.path.join(trace_dir, EVENTS_DIR, route)
+        files = sorted(os.path.join(target, n) for n in os.listdir(target) if n.endswith(".parquet")) \
+            if os.path.isdir(target) else []
+        if not files:
+            return None
+        md = pq.read_schema(files[0]).metadata or {}
+        if (md.get(META_EVENTS_FORMAT) != EVENTS_FORMAT.encode() or md.get(META_SOURCE_EXCHANGES) != str(exchanges).encode()
+                or len(files) != int(md[ts.META_BUCKETS])):
+            return None
+        out[route] = files
+    return out

@@ -16,7 +16,7 @@ from replay.synthetic_traces import ANOMALY_KINDS, build_table, write_segments
 from reference_impl.server.broker_server import ThreadedReferenceCluster
 from replay import check_cmd
 from replay import compact_events
-from replay.check_events import EVENT_FIELDS
+from replay.check_events import ROUTE_COLUMNS
 from replay.check_spark import SparkChecker, load_trace
 from replay.compact import compact
 from replay.check_pure import check_table
@@ -100,15 +100,16 @@ def test_spark_check_of_a_compacted_trace_equals_the_pure_check(spark, tmp_path)
     assert summary["read"]["spark_input"] == check_cmd.SPARK_INPUT_EVENTS
 
 
-def event_rows(df) -> list[tuple]:
-    cols = ["seq", "conn", "api_name", *(n for n, _ in EVENT_FIELDS)]
+def event_rows(df, route: str) -> list[tuple]:
+    cols = ["seq", "conn", "api_name", *(c for c in ROUTE_COLUMNS[route] if c not in ("seq", "conn"))]
     return sorted((tuple(r) for r in df.select(*cols).collect()), key=repr)
 
 
 def test_compaction_writes_the_events_the_spark_projection_builds(spark, tmp_path):
     """The event table of compact_events (DuckDB SQL) holds exactly the rows Spark's own
     projection and transaction link build from the same trace (check_spark.SparkChecker),
-    row for row: the two SQL texts of one selection cannot drift apart unseen."""
+    route by route on the columns each replay reads: the two SQL texts of one selection
+    cannot drift apart unseen."""
     table, _ = build_table(2_500, seed=3)
     write_segments(table, str(tmp_path / "t"), rows_per_segment=1_000)
     compact(str(tmp_path / "t"), buckets=4)
@@ -117,11 +118,12 @@ def test_compaction_writes_the_events_the_spark_projection_builds(spark, tmp_pat
     check_cmd.validate_segments(str(tmp_path / "t"), scan)
     checker = SparkChecker(spark, load_trace(spark, paths), scan.topic_ids())
     flat = checker.flat_events()
-    built = flat.where("route <> 'link'").unionByName(checker.linked(flat))
-    written = spark.read.parquet(str(tmp_path / "t.v3" / compact_events.EVENTS_DIR))
-    assert event_rows(written) == event_rows(built)
-    assert {r.route for r in written.select("route").distinct().collect()} == {
-        "txn", "group", "share_group", "share_session", "fetch"}
+    built = flat.where("route <> 'link'").unionByName(checker.linked(flat)).cache()
+    assert {r.route for r in built.select("route").distinct().collect()} == set(ROUTE_COLUMNS)
+    for route in ROUTE_COLUMNS:
+        written = spark.read.parquet(str(tmp_path / "t.v3" / compact_events.EVENTS_DIR / route))
+        assert written.count() > 0, route
+        assert event_rows(written, route) == event_rows(built.where(f"route = '{route}'"), route), route
 
 
 def test_a_stale_event_table_is_not_read(spark, tmp_path):

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from replay import check_cmd, compact_cmd, compact_events
+from replay import check_events as ev
 from replay import compact as cp
 from replay import diff_pure
 from replay import trace_schema as ts
@@ -190,23 +191,26 @@ def test_gap_rows_go_to_the_null_key_bucket_and_every_file_has_one_schema(pair, 
 
 
 def test_the_event_table_replayed_by_bucket_finds_what_the_pure_check_finds(tmp_path) -> None:
-    """Compaction's event table (replay/compact_events.py), read bucket by bucket as the Spark
-    check's mapInArrow reads it and streamed through the replays in chunks cut at entity
-    ends, gives the pure check's violations, connection and api included; each file holds
-    the entities of its Spark bucket, in (entity_key, seq) order."""
+    """Compaction's event table (replay/compact_events.py), read bucket by bucket and route by
+    route as the Spark check's mapInArrow reads it and streamed through the replays in chunks
+    cut at entity ends, gives the pure check's violations, connection and api included; each
+    file holds the entities of its Spark bucket, in (entity_key, seq) order, and only the
+    columns its route's replay reads."""
     table, expected = build_table(2_000, seed=13)
     write_segments(table, str(tmp_path / "t"), rows_per_segment=700)
     cp.compact(str(tmp_path / "t"), buckets=3)
     files = compact_events.event_files(str(tmp_path / "t.v3"), 2_000)
-    assert files is not None and len(files) == 3
+    assert files is not None and sorted(files) == sorted(ev.ROUTE_COLUMNS) and all(len(f) == 3 for f in files.values())
     want = sorted((v["rule_id"], v["entity"], v["seq"], v["connection_id"], v["api_name"]) for v in check_table(table))
     assert {(r, s) for r, _, s, _, _ in want} == set(expected)
     for min_rows in (1, 10**9):  # an entity is never split across chunks, however small they are
         got = []
-        for b, path in enumerate(files):
-            events = pq.read_table(path)
-            keys = events.column("entity_key").to_numpy()
-            assert (spark_bucket(keys, 3) == b).all() and (np.diff(keys) >= 0).all()
-            for found in replay_sorted(events.to_batches(max_chunksize=64), CheckConfig(), min_rows=min_rows):
-                got += [(v["rule_id"], v["entity"], v["seq"], v["connection_id"], v["api_name"]) for v in found]
+        for route, paths in files.items():
+            for b, path in enumerate(paths):
+                events = pq.read_table(path)
+                assert set(events.column_names) == {"entity_key", "seq", "conn", "api_name", *ev.ROUTE_COLUMNS[route]}
+                keys = events.column("entity_key").to_numpy()
+                assert (spark_bucket(keys, 3) == b).all() and (keys[1:] >= keys[:-1]).all()
+                for found in replay_sorted(events.to_batches(max_chunksize=64), CheckConfig(), route, min_rows=min_rows):
+                    got += [(v["rule_id"], v["entity"], v["seq"], v["connection_id"], v["api_name"]) for v in found]
         assert sorted(got) == want
