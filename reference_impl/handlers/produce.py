@@ -199,7 +199,8 @@ def handle_produce(ctx: RequestContext, request: Any) -> Any:
             if whole_request_error is not None:
                 po.error = whole_request_error
                 continue
-            name = topic.name if topic is not None else t.name
+            # Produce v13+ names topics by id only (KIP-516): an unknown id has no name to authorize
+            name = topic.name if topic is not None else (None if by_id else t.name)
             if (topic is not None or not by_id) and not authorized(ctx, Op.WRITE, Res.TOPIC, name):
                 po.error = ErrorCode.topic_authorization_failed  # before existence, as Kafka
                 continue

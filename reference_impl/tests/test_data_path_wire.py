@@ -335,6 +335,19 @@ def test_zstd_needs_produce_v7(client: ClusterClient) -> None:
     assert produce(leader, topic, data, version=7).error_code == ErrorCode.none
 
 
+def test_produce_v13_to_an_unknown_topic_id(client: ClusterClient) -> None:
+    """Produce v13 names the topic by id (KIP-516): an id no topic has is answered
+    UNKNOWN_TOPIC_ID, never a handler crash (Hypothesis' mutated-request test found the
+    reference reading the name that v13 does not carry)."""
+    req = payloads.build(
+        framing.request_schema(0, 13), transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=5),
+        topic_data=(nested(0, 13, "TopicProduceData", topic_id=uuid.uuid4(), partition_data=(
+            nested(0, 13, "PartitionProduceData", index=0, records=r.build_batch([b"x"])),)),),
+    )
+    part = client.bootstrap.send(req).responses[0].partition_responses[0]
+    assert part.error_code == ErrorCode.unknown_topic_id
+
+
 def test_unknown_topic_and_partition(client: ClusterClient) -> None:
     node = client.bootstrap
     assert produce(node, unique("none"), r.build_batch([b"x"])).error_code == ErrorCode.unknown_topic_or_partition
