@@ -35,9 +35,9 @@ from benchmarks import proxy_bench as pb
 from benchmarks.bench_clients import cell
 from benchmarks import trace_check_bench as cb
 from benchmarks import trace_diff_bench as db
+from benchmarks.compact_bench import measure
 from replay import diff_pure
 from replay.check_pure import check_table
-from replay.compact import compact
 from replay.diff_input import inspect_trace
 from replay.engine_choice import CHECK_PURE_LIMIT, DIFF_PURE_LIMIT
 from replay.spark_standalone import StandaloneCluster, executor_venv
@@ -152,8 +152,9 @@ def compacted(path: str, n: int, rows: list[dict]) -> str:
     time is a row of the table (a recording pays it once, every check after it reads it)."""
     out = path + ".v3"
     if not os.path.isdir(out):
-        c = compact(path, out)
-        rows.append(_row("compact (DuckDB, + event table)", "duckdb", n, c.seconds, f"{c.buckets} buckets"))
+        c = measure(path, out)
+        rows.append(_row("compact (DuckDB, + event table)", "duckdb", n, c["seconds"],
+                         f"{c['buckets']} buckets; peak disk {c['peak_disk_gb']} GB, RSS {c['peak_rss_gb']} GB"))
         print_row(rows[-1])
     return out
 

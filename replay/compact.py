@@ -22,10 +22,18 @@ pyarrow, in the declared schema (trace_schema.schema(3)):
 value, so the same connection of two runs lands in the same bucket. Rows without a key
 (gaps, undecoded exchanges) go where Spark puts a null key (bucket of the seed).
 The input is never modified; ``out_dir`` must not exist or be empty.
+
+Temporary disk stays near the compressed trace's size (replay/staged_write.py), in passes:
+the trace-wide key tables are narrow (connections; id occurrences staged by bucket, then the
+placeholder per distinct id); every row is then staged once, compressed, by bucket; and each
+bucket is numbered (api_ord is connection-local, a bucket holds whole connections), joined
+with its placeholders, sorted and written on its own. Until 2026-12-05 one DuckDB table held
+the whole joined trace: at 10M exchanges its spill reached 9 GB, so 100M did not fit here.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import tempfile
@@ -40,6 +48,7 @@ from replay import diff_fields as f
 from replay import trace_reader as tr
 from replay import trace_schema as ts
 from replay import compact_events
+from replay import staged_write as sw
 from replay.spark_hash import null_bucket, spark_bucket, stable_key
 from reference_impl.protocol.api_keys import ApiKey
 
@@ -85,36 +94,52 @@ def _request_key_sql() -> str:
             f"WHEN api_key = {int(ApiKey.FIND_COORDINATOR)} THEN coalesce(group_id, transactional_id, '') ELSE '' END")
 
 
-def _key_tables(con) -> None:
-    """conn (connection -> client, ordinal), ex (seq -> request key, api ordinal), ids (seq -> placeholders)."""
-    names = " || ".join(f"list_transform(coalesce({c}, []), lambda e: {{'tid': e.topic_id, 'name': e.topic}})"
-                        for c in f.TOPIC_NAME_LISTS)
+KEYED = "kind = 'exchange' AND decode_error IS NULL"  # the rows with an alignment key
+OCC_DIR = "occ"  # staging of the id occurrences
+
+
+def _connections(con) -> None:
+    """`conn` (connection -> client, ordinal within its client): one row per connection."""
     con.execute(f"""
-CREATE TEMP TABLE ex0 AS SELECT seq, connection_id, request_mono_ns, api_key, {_request_key_sql()} AS request_key,
-  {occurrences_sql()} AS occ, {names} AS tnames, coalesce(client_id, '') AS client
-  FROM src WHERE kind = 'exchange' AND decode_error IS NULL;
 CREATE TEMP TABLE conn AS SELECT connection_id, align_client,
   row_number() OVER (PARTITION BY align_client ORDER BY first, connection_id) AS conn_ord
-  FROM (SELECT connection_id, max(client) AS align_client, min(request_mono_ns) AS first FROM ex0 GROUP BY connection_id);
-CREATE TEMP TABLE ex AS SELECT e.seq, e.request_mono_ns, c.align_client, c.conn_ord, e.request_key, e.occ, e.tnames,
-  row_number() OVER (PARTITION BY e.connection_id, e.api_key, e.request_key ORDER BY e.request_mono_ns, e.seq) AS api_ord
-  FROM ex0 e JOIN conn c USING (connection_id);
-DROP TABLE ex0;
-CREATE TEMP TABLE tnames AS SELECT x.tid AS tid, min(x.name) AS name FROM (SELECT unnest(tnames) AS x FROM ex)
-  WHERE x.tid IS NOT NULL AND x.name IS NOT NULL GROUP BY 1;
-CREATE TEMP TABLE occ AS SELECT seq, o.cat AS cat, o.value AS value, o.slot AS slot,
+  FROM (SELECT connection_id, max(coalesce(client_id, '')) AS align_client, min(request_mono_ns) AS first
+        FROM src WHERE {KEYED} GROUP BY connection_id)""")
+
+
+def _placeholders(con, staging: str) -> str:
+    """`ph` ((category, id) -> placeholder, trace-wide), from every id occurrence of a keyed
+    exchange staged by bucket (narrow rows, compressed: never a copy of the trace); returns
+    the occurrences' staging directory."""
+    names = " || ".join(f"list_transform(coalesce({c}, []), lambda e: {{'tid': e.topic_id, 'name': e.topic}})"
+                        for c in f.TOPIC_NAME_LISTS)
+    occ = os.path.join(staging, OCC_DIR)
+    sw.stage(con, f"""SELECT seq, bucket, o.cat AS cat, o.value AS value, o.slot AS slot,
   {{'c': align_client, 'o': conn_ord, 't': request_mono_ns, 's': seq, 'l': o.slot}} AS ord
-  FROM (SELECT seq, align_client, conn_ord, request_mono_ns, unnest(occ) AS o FROM ex)
+  FROM (SELECT s.seq, s.request_mono_ns, c.align_client, c.conn_ord, c.bucket, unnest({occurrences_sql()}) AS o
+        FROM src s JOIN ck c USING (connection_id) WHERE s.{KEYED.replace(" AND ", " AND s.")})
   WHERE NOT (o.value IS NULL OR (o.cat = 'producer_id' AND TRY_CAST(o.value AS BIGINT) < 0)
-             OR (o.cat = 'member_id' AND o.value = '') OR (o.cat = 'topic_id' AND o.value IN ('{f.ZERO_UUID}', '')));
+             OR (o.cat = 'member_id' AND o.value = '') OR (o.cat = 'topic_id' AND o.value IN ('{f.ZERO_UUID}', '')))""",
+             occ, ("bucket",))
+    con.execute(f"""
+CREATE TEMP TABLE tnames AS SELECT x.tid AS tid, min(x.name) AS name FROM (SELECT unnest({names}) AS x FROM src WHERE {KEYED})
+  WHERE x.tid IS NOT NULL AND x.name IS NOT NULL GROUP BY 1;
 CREATE TEMP TABLE ph AS
   SELECT cat, value, '<' || cat || '#' || CAST(row_number() OVER (PARTITION BY cat ORDER BY ord, value) AS VARCHAR) || '>' AS ph
-  FROM (SELECT cat, value, min(ord) AS ord FROM occ
+  FROM (SELECT cat, value, min(ord) AS ord FROM {_occurrences(occ)}
         WHERE NOT (cat = 'topic_id' AND value IN (SELECT tid FROM tnames)) GROUP BY cat, value)
   UNION ALL SELECT 'topic_id', tid, '<topic_id:' || name || '>' FROM tnames;
-CREATE TEMP TABLE ids AS SELECT o.seq, map_from_entries(list({{'k': o.slot, 'v': p.ph}} ORDER BY o.slot)) AS id_placeholders
-  FROM occ o JOIN ph p USING (cat, value) GROUP BY o.seq;
-""")
+DROP TABLE tnames""")
+    return occ
+
+
+def _occurrences(occ: str) -> str:
+    """Every staged occurrence (an empty relation when the trace has none: only gaps)."""
+    pattern = os.path.join(occ, "*", "*.parquet")
+    if not glob.glob(pattern):
+        return ("(SELECT NULL::VARCHAR AS cat, NULL::VARCHAR AS value, "
+                "NULL::STRUCT(c VARCHAR, o BIGINT, t BIGINT, s BIGINT, l INTEGER) AS ord WHERE false)")
+    return f"read_parquet({sw.sql_text(pattern)}, hive_partitioning = false)"
 
 
 def _require_unique_seq(con, trace_dir: str) -> None:
@@ -128,13 +153,16 @@ def _require_unique_seq(con, trace_dir: str) -> None:
 
 
 def _with_align_conn(con, buckets: int) -> None:
-    """align_conn and bucket per connection (Python: a stable hash, never DuckDB's own)."""
+    """`ck`: conn with align_conn and bucket per connection (Python: a stable hash, never DuckDB's own)."""
     conn = con.sql("SELECT connection_id, align_client, conn_ord FROM conn").to_arrow_table()
     keys = np.array([align_conn_key(c, o) for c, o in zip(conn.column("align_client").to_pylist(),
                                                           conn.column("conn_ord").to_pylist())], dtype=np.int64)
     keyed = pa.table({"connection_id": conn.column("connection_id"), "align_conn": pa.array(keys, pa.int64()),
                       "bucket": pa.array(spark_bucket(keys, buckets).astype(np.int32), pa.int32())})
     con.register("conn_keys", keyed)
+    con.execute("CREATE TEMP TABLE ck AS SELECT c.*, k.align_conn, k.bucket FROM conn c JOIN conn_keys k USING (connection_id); "
+                "DROP TABLE conn")
+    con.unregister("conn_keys")
 
 
 # --- input and output ---------------------------------------------------------------------------------
@@ -179,23 +207,50 @@ def _metadata(buckets: int) -> dict[bytes, bytes]:
     return {k: v.encode() for k, v in md.items()}
 
 
-def _write_buckets(con, out_dir: str, buckets: int) -> None:
-    """One file per bucket, written by pyarrow in the declared schema: DuckDB's own writer
-    marks a column required in a file where it happens to hold no null, and files of one
-    trace must share one schema."""
+def _stage_exchanges(con, staging: str, buckets: int) -> str:
+    """Stage every row with its bucket and keys, by bucket (replay/staged_write.py); returns
+    the staging directory."""
     v2_columns = ", ".join(f"s.{name}" for name, _, _ in ts.FIELDS)
-    con.execute(f"""
-CREATE TEMP TABLE out AS SELECT {v2_columns}, coalesce(k.bucket, {null_bucket(buckets)}) AS bucket,
-  e.align_client, e.conn_ord, k.align_conn, e.request_key, e.api_ord, i.id_placeholders
-FROM src s LEFT JOIN ex e ON s.kind = 'exchange' AND s.decode_error IS NULL AND s.seq = e.seq
-  LEFT JOIN conn_keys k ON e.seq IS NOT NULL AND s.connection_id = k.connection_id
-  LEFT JOIN ids i ON e.seq IS NOT NULL AND s.seq = i.seq""")
+    rows = os.path.join(staging, "exchanges")
+    sw.stage_arrow(con, f"""SELECT {v2_columns}, c.connection_id IS NOT NULL AS keyed, coalesce(c.bucket, {null_bucket(buckets)}) AS bucket,
+  c.align_client, c.conn_ord, c.align_conn, CASE WHEN c.connection_id IS NOT NULL THEN {_request_key_sql()} END AS request_key
+FROM src s LEFT JOIN ck c ON s.{KEYED.replace(" AND ", " AND s.")} AND s.connection_id = c.connection_id""", rows, "bucket",
+                   buckets)
+    return rows
+
+
+def _bucket_sql(rows: str, occ: str | None) -> str:  # rows: a relation name
+    """One bucket's rows with api_ord (per connection, api and request key: connection-local,
+    and a bucket holds whole connections) and id_placeholders (its occurrences' placeholders),
+    in the v3 sort order."""
+    placeholders = ("SELECT NULL::BIGINT AS seq, NULL::MAP(INTEGER, VARCHAR) AS id_placeholders WHERE false" if occ is None else
+                    "SELECT o.seq, map_from_entries(list({'k': o.slot, 'v': p.ph} ORDER BY o.slot)) AS id_placeholders "
+                    f"FROM read_parquet({sw.sql_text(occ)}, hive_partitioning = false) o JOIN ph p USING (cat, value) GROUP BY o.seq")
+    columns = ", ".join(f"x.{name}" for name, _, _ in ts.FIELDS)
+    return f"""SELECT {columns}, x.align_client, x.conn_ord, x.align_conn, x.request_key,
+  CASE WHEN x.keyed THEN row_number() OVER (PARTITION BY x.keyed, x.connection_id, x.api_key, x.request_key
+                                            ORDER BY x.request_mono_ns, x.seq) END AS api_ord, i.id_placeholders
+FROM {rows} x LEFT JOIN ({placeholders}) i ON x.keyed AND x.seq = i.seq
+ORDER BY {', '.join(ts.V3_SORT_COLUMNS)}, x.seq"""
+
+
+def _write_buckets(con, out_dir: str, staging: str, occ: str, buckets: int) -> int:
+    """One file per bucket, each sorted on its own from the staged rows; returns the rows written."""
+    rows = _stage_exchanges(con, staging, buckets)
     schema = ts.schema(ts.COMPACT_VERSION).with_metadata(_metadata(buckets))
-    columns = ", ".join(schema.names)
+    total = 0
     for b in range(buckets):
-        table = con.sql(f"SELECT {columns} FROM out WHERE bucket = {b} "
-                        f"ORDER BY {', '.join(ts.V3_SORT_COLUMNS)}, seq").to_arrow_table()
-        pq.write_table(table.cast(schema), os.path.join(out_dir, FILE_PATTERN.format(b)), compression="zstd")
+        with sw.arrow_partition(rows, b) as part:
+            if part is not None:
+                con.register("bucket_rows", part)
+            sql = None if part is None else _bucket_sql("bucket_rows", sw.partition_glob(occ, bucket=b))
+            total += sw.write_query(con, sql, schema, os.path.join(out_dir, FILE_PATTERN.format(b)))
+            if part is not None:
+                con.unregister("bucket_rows")
+        sw.drop_partition(rows, b)  # written: its staging is not needed any more (peak disk)
+    sw.remove(staging, OCC_DIR)
+    con.execute("DROP TABLE ph")
+    return total
 
 
 def compact(trace_dir: str, out_dir: str | None = None, *, buckets: int = DEFAULT_BUCKETS) -> CompactResult:
@@ -217,12 +272,12 @@ def compact(trace_dir: str, out_dir: str | None = None, *, buckets: int = DEFAUL
     try:
         _register_source(con, v2, v1)
         _require_unique_seq(con, trace_dir)
-        _key_tables(con)
+        _connections(con)
         _with_align_conn(con, buckets)
-        _write_buckets(con, out_dir, buckets)
-        rows, exchanges = con.execute("SELECT count(*), count(*) FILTER (WHERE kind = 'exchange') FROM out").fetchall()[0]
-        con.execute("DROP TABLE out")
-        compact_events.write_check_events(con, out_dir, buckets, exchanges)
+        occ = _placeholders(con, spill)
+        rows = _write_buckets(con, out_dir, spill, occ, buckets)
+        exchanges = con.execute("SELECT count(*) FROM src WHERE kind = 'exchange'").fetchall()[0][0]
+        compact_events.write_check_events(con, out_dir, spill, buckets, exchanges)
     except duckdb.Error as exc:
         raise tr.TraceCorruptError(trace_dir, f"compaction failed: {tr.one_line(exc)}") from exc
     finally:

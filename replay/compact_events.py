@@ -11,10 +11,15 @@ route's files with only the columns its replay reads (check_events.ROUTE_COLUMNS
 * bucket = Spark's bucket function of the int64 ``entity_key`` (a stable hash of route and
   entity, `replay.spark_hash`), so Spark reads the directory as a bucketed table
   and each task holds whole entities (`replay.check_spark.check_events_table`);
-* rows sorted by (entity_key, seq): an entity's events are contiguous, so the replays read
-  them as a stream (bounded memory per entity, not per bucket);
+* rows sorted by (entity_key, seq, then the event's own columns, so that every compaction
+  writes the same files): an entity's events are contiguous, so the replays read them as a
+  stream (bounded memory per entity, not per bucket);
 * the leading underscore keeps the directory out of every reader of the exchanges (Spark
   skips ``_``-prefixed paths when it lists a table; trace_reader globs ``*.parquet``).
+
+Staged on disk like the exchanges (replay/staged_write.py): the relevant exchanges once,
+the events by transactional-id part for the link (a window per transactional id), then by
+(route, bucket), each file sorted on its own.
 
 The SQL mirrors check_spark's Spark SQL expression by expression (same selection, same
 entity keys, same transaction keys); the parity tests hold the three paths (pure, Spark
@@ -30,6 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from replay import check_events as ev
+from replay import staged_write as sw
 from replay import trace_schema as ts
 from replay.spark_hash import spark_bucket, stable_key
 from reference_impl.protocol.api_keys import ApiKey
@@ -155,9 +161,9 @@ def _selects() -> list[str]:
     ]
 
 
-def _linked() -> str:
-    """check_spark.SparkChecker.linked: each link event resolved against the nearest
-    successful EndTxn at or after it in its transactional id."""
+def _linked(source: str) -> str:
+    """check_spark.SparkChecker.linked: each link event of `source` resolved against the
+    nearest successful EndTxn at or after it in its transactional id."""
     cols = [n for n, _ in ev.EVENT_FIELDS]
     quoted = {c: '"' + c + '"' for c in ("seq", "conn", "api_name", *cols)}
     replaced = {
@@ -172,25 +178,45 @@ def _linked() -> str:
     out = ", ".join(f"{replaced.get(c, q)} AS {q}" for c, q in quoted.items())
     return (f"SELECT {out} FROM (SELECT *, last(CASE WHEN kind = 'end' THEN {{'s': seq, 't': \"t\", 'c': committed}} END "
             "IGNORE NULLS) OVER (PARTITION BY tid ORDER BY seq DESC ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _end "
-            "FROM flat WHERE route = 'link') "
+            f"FROM {source} WHERE route = 'link') "
             "WHERE kind = 'txn_commit' OR (_end IS NOT NULL AND kind = 'txn_end') OR (_end IS NOT NULL AND NOT _end.c AND kind = 'ab')")
 
 
-def _register_events(con) -> None:
-    """`events`: the flat event table with the link resolved (DuckDB temp tables)."""
-    con.execute(f"""
-CREATE TEMP TABLE rel AS SELECT {', '.join(c for c in ev.COLUMNS if c not in ('kind', 'decode_error'))},
+def _stage_relevant(con, staging: str) -> None:
+    """The view `rel`: the exchanges any event comes from, with `ok`, staged once (compressed);
+    and `tmap`, the topic ids the trace gives names (narrow)."""
+    rel = os.path.join(staging, "rel.parquet")
+    con.execute(f"""COPY (SELECT {', '.join(c for c in ev.COLUMNS if c not in ('kind', 'decode_error'))},
   (status = 'ok' AND coalesce(error_code, 0) = 0 AND coalesce(len(error_codes), 0) = 0) AS ok
   FROM src WHERE kind = 'exchange' AND seq IS NOT NULL AND decode_error IS NULL AND
   CASE WHEN api_key = {int(ApiKey.PRODUCE)} THEN transactional_id IS NOT NULL
        WHEN api_key = {int(ApiKey.FETCH)} THEN coalesce(isolation_level = {ev.READ_COMMITTED}, false)
-       ELSE {_in(*ev.RELEVANT_APIS)} END;
+       ELSE {_in(*ev.RELEVANT_APIS)} END) TO {sw.sql_text(rel)} (FORMAT parquet, COMPRESSION zstd)""")
+    con.execute(f"""CREATE TEMP VIEW rel AS SELECT * FROM read_parquet({sw.sql_text(rel)});
 CREATE TEMP TABLE tmap AS SELECT p.topic AS name, min(p.topic_id) AS tid
-  FROM (SELECT unnest(partitions) AS p FROM rel) WHERE p.topic IS NOT NULL AND p.topic_id IS NOT NULL GROUP BY 1;
-CREATE TEMP TABLE flat AS {' UNION ALL '.join(_selects())};
-DROP TABLE rel;
-CREATE TEMP TABLE events AS SELECT * FROM flat WHERE route <> 'link' UNION ALL {_linked()};
-DROP TABLE flat;""")
+  FROM (SELECT unnest(partitions) AS p FROM rel) WHERE p.topic IS NOT NULL AND p.topic_id IS NOT NULL GROUP BY 1""")
+
+
+def _stage_events(con, staging: str, link_parts: int) -> None:
+    """The view `events`: the flat event table with the link resolved, staged on disk
+    (replay/staged_write.py). Each kind of event is selected from the relevant exchanges;
+    the link events are staged by transactional id in `link_parts` parts, each resolved on
+    its own (the link is a window per transactional id)."""
+    _stage_relevant(con, staging)
+    flat = os.path.join(staging, "flat")
+    sw.stage(con, f"SELECT *, CASE WHEN route = 'link' THEN CAST(hash(tid) % {link_parts} AS INTEGER) ELSE -1 END AS lp "
+                  f"FROM ({' UNION ALL '.join(_selects())})", flat, ("lp",))
+    con.execute("DROP VIEW rel; DROP TABLE tmap")
+    parts = [g for g in (sw.partition_glob(flat, lp=i) for i in range(link_parts)) if g is not None]
+    linked = os.path.join(staging, "linked")
+    os.makedirs(linked)
+    for i, part in enumerate(parts):
+        con.execute(f"COPY ({_linked(f'read_parquet({sw.sql_text(part)}, hive_partitioning = false)')}) "
+                    f"TO {sw.sql_text(os.path.join(linked, f'part_{i:05d}.parquet'))} (FORMAT parquet, COMPRESSION zstd)")
+    sources = [f"SELECT * FROM read_parquet({sw.sql_text(g)}, hive_partitioning = false)"
+               for g in (sw.partition_glob(flat, lp=-1), os.path.join(linked, "*.parquet") if parts else None) if g is not None]
+    empty = f"SELECT {_row()} FROM (SELECT NULL::BIGINT AS seq, NULL::BIGINT AS connection_id, NULL AS api_name) WHERE false"
+    con.execute(f"CREATE TEMP VIEW events AS {' UNION ALL BY NAME '.join(sources) or empty}")
 
 
 def _keys(con, buckets: int) -> None:
@@ -203,14 +229,24 @@ def _keys(con, buckets: int) -> None:
                                           "bucket": pa.array(spark_bucket(keys, buckets).astype(np.int32), pa.int32())}))
 
 
-def write_check_events(con, out_dir: str, buckets: int, exchanges: int) -> int:
+def _order(columns: list[str]) -> str:
+    """(entity_key, seq), then the event's own columns: files of one trace are the same in every compaction."""
+    ties = [f'"{c}"' for c in ("kind", "topic_id", "partition", "first", "last", "member") if c in columns]
+    return ", ".join(["entity_key", "seq", *ties])
+
+
+def write_check_events(con, out_dir: str, staging: str, buckets: int, exchanges: int) -> int:
     """Write the event table of the trace registered as `src` into OUT/_check_events/ROUTE/,
     one file per bucket and route, each with only the columns its replay reads (what Spark
-    hands the Python replays is what they use); returns the number of events written."""
-    _register_events(con)
+    hands the Python replays is what they use), staged by (route, bucket) and sorted one
+    file at a time (replay/staged_write.py); returns the number of events written."""
+    _stage_events(con, staging, buckets)
     _keys(con, buckets)
-    con.execute("CREATE TEMP TABLE keyed AS SELECT e.*, k.entity_key, k.bucket FROM events e "
-                "JOIN entity_keys k ON e.route = k.route AND e.entity = k.entity; DROP TABLE events")
+    staged = os.path.join(staging, "events")
+    sw.stage(con, "SELECT e.*, k.entity_key, k.bucket FROM events e "
+                  "JOIN entity_keys k ON e.route = k.route AND e.entity = k.entity", staged, ("route", "bucket"))
+    con.execute("DROP VIEW events")
+    sw.remove(staging, "rel.parquet", "flat", "linked")  # read: free the disk before the writes
     total = 0
     for route in ev.ROUTE_COLUMNS:
         schema = arrow_schema(route).with_metadata({
@@ -218,12 +254,10 @@ def write_check_events(con, out_dir: str, buckets: int, exchanges: int) -> int:
             ts.META_BUCKET_COLUMN: b"entity_key", META_SOURCE_EXCHANGES: str(exchanges).encode()})
         target = os.path.join(out_dir, EVENTS_DIR, route)
         os.makedirs(target)
-        columns = ", ".join(f'"{n}"' for n in schema.names)
         for b in range(buckets):
-            table = con.sql(f"SELECT {columns} FROM keyed WHERE route = {lit(route)} AND bucket = {b} "
-                            "ORDER BY entity_key, seq").to_arrow_table()
-            pq.write_table(table.cast(schema), os.path.join(target, FILE_PATTERN.format(b)), compression="zstd")
-            total += table.num_rows
+            glob = sw.partition_glob(staged, route=route, bucket=b)
+            sql = None if glob is None else sw.sorted_partition_sql(glob, schema.names, _order(schema.names))
+            total += sw.write_query(con, sql, schema, os.path.join(target, FILE_PATTERN.format(b)))
     return total
 
 
