@@ -33,6 +33,7 @@ the whole joined trace: at 10M exchanges its spill reached 9 GB, so 100M did not
 
 from __future__ import annotations
 
+import errno
 import glob
 import os
 import shutil
@@ -55,6 +56,16 @@ from reference_impl.protocol.api_keys import ApiKey
 DEFAULT_BUCKETS = 8
 FILE_PATTERN = "exchanges_{:05d}.parquet"  # Spark reads the bucket id from the `_N` suffix
 DUCKDB_MEMORY_LIMIT = "4GB"  # spills beyond it (temp dir next to the output)
+
+
+class CompactionResourceError(tr.TraceError):
+    """Compaction ran out of memory or temporary disk: the trace is not at fault (it used to
+    be reported as a corrupt segment; the first 100M compaction, 2026-12-05)."""
+
+    def __init__(self, trace_dir: str, what: str, exc: BaseException) -> None:
+        super().__init__(f"compaction of {trace_dir} ran out of {what} (the trace itself is fine): {tr.one_line(exc)}; "
+                         f"DuckDB may use {DUCKDB_MEMORY_LIMIT} and spills next to the output: free disk there "
+                         "or give the trace more --buckets")
 
 
 @dataclass(frozen=True)
@@ -269,6 +280,7 @@ def compact(trace_dir: str, out_dir: str | None = None, *, buckets: int = DEFAUL
     spill = tempfile.mkdtemp(prefix=".compact-", dir=out_dir)
     con = duckdb.connect(config={"memory_limit": DUCKDB_MEMORY_LIMIT, "temp_directory": spill})
     con.execute("SET enable_progress_bar = false")  # our output is one line (kipcheck compact, record)
+    con.execute("SET preserve_insertion_order = false")  # every order compaction needs is an ORDER BY
     try:
         _register_source(con, v2, v1)
         _require_unique_seq(con, trace_dir)
@@ -278,6 +290,12 @@ def compact(trace_dir: str, out_dir: str | None = None, *, buckets: int = DEFAUL
         rows = _write_buckets(con, out_dir, spill, occ, buckets)
         exchanges = con.execute("SELECT count(*) FROM src WHERE kind = 'exchange'").fetchall()[0][0]
         compact_events.write_check_events(con, out_dir, spill, buckets, exchanges)
+    except duckdb.OutOfMemoryException as exc:
+        raise CompactionResourceError(trace_dir, "memory", exc) from exc
+    except (duckdb.IOException, OSError) as exc:
+        if getattr(exc, "errno", None) != errno.ENOSPC and "No space left" not in str(exc):
+            raise
+        raise CompactionResourceError(trace_dir, "disk", exc) from exc
     except duckdb.Error as exc:
         raise tr.TraceCorruptError(trace_dir, f"compaction failed: {tr.one_line(exc)}") from exc
     finally:

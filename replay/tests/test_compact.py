@@ -235,3 +235,29 @@ def test_compaction_writes_the_same_files_every_time(tmp_path) -> None:
         first, second = pq.read_table(tmp_path / "c1" / name), pq.read_table(tmp_path / "c2" / name)
         assert first.num_rows > 0 or "events" in name
         assert first.equals(second), name
+
+
+@pytest.mark.parametrize("error", ["memory", "disk", "corrupt"])
+def test_running_out_of_memory_or_disk_is_not_called_a_corrupt_trace(error, tmp_path, monkeypatch, capsys) -> None:
+    """DuckDB's out-of-memory error (the first 100M compaction's events pass) and a full disk
+    are the machine's limits, not the trace's fault: one line that says which, exit 2; any
+    other DuckDB error is still a corrupt trace."""
+    import duckdb
+
+    table, _ = build_table(300, seed=3)
+    write_segments(table, str(tmp_path / "t"))
+    raised = {"memory": duckdb.OutOfMemoryException("failed to pin block of size 256.0 KiB"),
+              "disk": duckdb.IOException("could not write file: No space left on device"),
+              "corrupt": duckdb.InvalidInputException("bad parquet page")}[error]
+
+    def fail(*_args, **_kwargs):
+        raise raised
+
+    monkeypatch.setattr(compact_events, "write_check_events", fail)
+    assert compact_cmd.main([str(tmp_path / "t")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    if error == "corrupt":
+        assert "corrupt trace segment" in err
+    else:
+        assert f"ran out of {error}" in err and "corrupt" not in err
