@@ -105,7 +105,10 @@ def _request_key_sql() -> str:
             f"WHEN api_key = {int(ApiKey.FIND_COORDINATOR)} THEN coalesce(group_id, transactional_id, '') ELSE '' END")
 
 
-KEYED = "kind = 'exchange' AND decode_error IS NULL"  # the rows with an alignment key
+def _keyed(alias: str = "") -> str:
+    """The rows with an alignment key (decoded exchanges), of the relation `alias` if given."""
+    q = f"{alias}." if alias else ""
+    return f"{q}kind = 'exchange' AND {q}decode_error IS NULL"
 OCC_DIR = "occ"  # staging of the id occurrences
 
 
@@ -115,7 +118,7 @@ def _connections(con) -> None:
 CREATE TEMP TABLE conn AS SELECT connection_id, align_client,
   row_number() OVER (PARTITION BY align_client ORDER BY first, connection_id) AS conn_ord
   FROM (SELECT connection_id, max(coalesce(client_id, '')) AS align_client, min(request_mono_ns) AS first
-        FROM src WHERE {KEYED} GROUP BY connection_id)""")
+        FROM src WHERE {_keyed()} GROUP BY connection_id)""")
 
 
 def _placeholders(con, staging: str) -> str:
@@ -128,12 +131,12 @@ def _placeholders(con, staging: str) -> str:
     sw.stage(con, f"""SELECT seq, bucket, o.cat AS cat, o.value AS value, o.slot AS slot,
   {{'c': align_client, 'o': conn_ord, 't': request_mono_ns, 's': seq, 'l': o.slot}} AS ord
   FROM (SELECT s.seq, s.request_mono_ns, c.align_client, c.conn_ord, c.bucket, unnest({occurrences_sql()}) AS o
-        FROM src s JOIN ck c USING (connection_id) WHERE s.{KEYED.replace(" AND ", " AND s.")})
+        FROM src s JOIN ck c USING (connection_id) WHERE {_keyed("s")})
   WHERE NOT (o.value IS NULL OR (o.cat = 'producer_id' AND TRY_CAST(o.value AS BIGINT) < 0)
              OR (o.cat = 'member_id' AND o.value = '') OR (o.cat = 'topic_id' AND o.value IN ('{f.ZERO_UUID}', '')))""",
              occ, ("bucket",))
     con.execute(f"""
-CREATE TEMP TABLE tnames AS SELECT x.tid AS tid, min(x.name) AS name FROM (SELECT unnest({names}) AS x FROM src WHERE {KEYED})
+CREATE TEMP TABLE tnames AS SELECT x.tid AS tid, min(x.name) AS name FROM (SELECT unnest({names}) AS x FROM src WHERE {_keyed()})
   WHERE x.tid IS NOT NULL AND x.name IS NOT NULL GROUP BY 1;
 CREATE TEMP TABLE ph AS
   SELECT cat, value, '<' || cat || '#' || CAST(row_number() OVER (PARTITION BY cat ORDER BY ord, value) AS VARCHAR) || '>' AS ph
@@ -225,7 +228,7 @@ def _stage_exchanges(con, staging: str, buckets: int) -> str:
     rows = os.path.join(staging, "exchanges")
     sw.stage_arrow(con, f"""SELECT {v2_columns}, c.connection_id IS NOT NULL AS keyed, coalesce(c.bucket, {null_bucket(buckets)}) AS bucket,
   c.align_client, c.conn_ord, c.align_conn, CASE WHEN c.connection_id IS NOT NULL THEN {_request_key_sql()} END AS request_key
-FROM src s LEFT JOIN ck c ON s.{KEYED.replace(" AND ", " AND s.")} AND s.connection_id = c.connection_id""", rows, "bucket",
+FROM src s LEFT JOIN ck c ON {_keyed("s")} AND s.connection_id = c.connection_id""", rows, "bucket",
                    buckets)
     return rows
 
