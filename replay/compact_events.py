@@ -209,24 +209,26 @@ CREATE TEMP TABLE tmap AS SELECT p.topic AS name, min(p.topic_id) AS tid
 
 def _stage_events(con, staging: str, link_parts: int) -> None:
     """The view `events`: the flat event table with the link resolved, staged on disk
-    (replay/staged_write.py). Each kind of event is selected from the relevant exchanges;
-    the link events are staged by transactional id in `link_parts` parts, each resolved on
-    its own (the link is a window per transactional id)."""
+    (replay/staged_write.py). Each kind of event is selected from the relevant exchanges and
+    written by plain streaming `COPY`s, the events to keep as they are to one file and the
+    link events to another (DuckDB drops the branches of the union the route filter rules
+    out); the link is then resolved in `link_parts` parts by transactional id (a window per
+    transactional id), each on its own. A partitioned `COPY` of these events ran out of
+    DuckDB's memory at 100M exchanges (docs/trace-checks.md, "100M")."""
     _stage_relevant(con, staging)
-    flat = os.path.join(staging, "flat")
-    sw.stage(con, f"SELECT *, CASE WHEN route = 'link' THEN CAST(hash(tid) % {link_parts} AS INTEGER) ELSE -1 END AS lp "
-                  f"FROM ({' UNION ALL '.join(_selects())})", flat, ("lp",))
+    union = " UNION ALL ".join(_selects())
+    plain, links = os.path.join(staging, "plain.parquet"), os.path.join(staging, "links.parquet")
+    for path, where in ((plain, "route <> 'link'"), (links, "route = 'link'")):
+        con.execute(f"COPY (SELECT * FROM ({union}) WHERE {where}) TO {sw.sql_text(path)} (FORMAT parquet, COMPRESSION zstd)")
     con.execute("DROP VIEW rel; DROP TABLE tmap")
-    parts = [g for g in (sw.partition_glob(flat, lp=i) for i in range(link_parts)) if g is not None]
     linked = os.path.join(staging, "linked")
     os.makedirs(linked)
-    for i, part in enumerate(parts):
-        con.execute(f"COPY ({_linked(f'read_parquet({sw.sql_text(part)}, hive_partitioning = false)')}) "
-                    f"TO {sw.sql_text(os.path.join(linked, f'part_{i:05d}.parquet'))} (FORMAT parquet, COMPRESSION zstd)")
-    sources = [f"SELECT * FROM read_parquet({sw.sql_text(g)}, hive_partitioning = false)"
-               for g in (sw.partition_glob(flat, lp=-1), os.path.join(linked, "*.parquet") if parts else None) if g is not None]
-    empty = f"SELECT {_row()} FROM (SELECT NULL::BIGINT AS seq, NULL::BIGINT AS connection_id, NULL AS api_name) WHERE false"
-    con.execute(f"CREATE TEMP VIEW events AS {' UNION ALL BY NAME '.join(sources) or empty}")
+    for i in range(link_parts):
+        part = f"(SELECT * FROM read_parquet({sw.sql_text(links)}) WHERE hash(tid) % {link_parts} = {i})"
+        con.execute(f"COPY ({_linked(part)}) TO {sw.sql_text(os.path.join(linked, f'part_{i:05d}.parquet'))} "
+                    "(FORMAT parquet, COMPRESSION zstd)")
+    con.execute(f"CREATE TEMP VIEW events AS SELECT * FROM read_parquet({sw.sql_text(plain)}) "
+                f"UNION ALL BY NAME SELECT * FROM read_parquet({sw.sql_text(os.path.join(linked, '*.parquet'))})")
 
 
 def _keys(con, buckets: int) -> None:
@@ -252,22 +254,24 @@ def write_check_events(con, out_dir: str, staging: str, buckets: int, exchanges:
     file at a time (replay/staged_write.py); returns the number of events written."""
     _stage_events(con, staging, buckets)
     _keys(con, buckets)
+    routes = list(ev.ROUTE_COLUMNS)
+    index = "CASE e.route " + " ".join(f"WHEN {lit(r)} THEN {i}" for i, r in enumerate(routes)) + " END"
     staged = os.path.join(staging, "events")
-    sw.stage(con, "SELECT e.*, k.entity_key, k.bucket FROM events e "
-                  "JOIN entity_keys k ON e.route = k.route AND e.entity = k.entity", staged, ("route", "bucket"))
+    sw.stage_arrow(con, f"SELECT e.*, k.entity_key, {index} * {buckets} + k.bucket AS part FROM events e "
+                        "JOIN entity_keys k ON e.route = k.route AND e.entity = k.entity "
+                        f"WHERE e.route IN ({', '.join(lit(r) for r in routes)})", staged, "part", len(routes) * buckets)
     con.execute("DROP VIEW events")
-    sw.remove(staging, "rel.parquet", "flat", "linked")  # read: free the disk before the writes
+    sw.remove(staging, "rel.parquet", "plain.parquet", "links.parquet", "linked")  # read: free the disk
     total = 0
-    for route in ev.ROUTE_COLUMNS:
+    for r, route in enumerate(routes):
         schema = arrow_schema(route).with_metadata({
             META_EVENTS_FORMAT: EVENTS_FORMAT.encode(), ts.META_BUCKETS: str(buckets).encode(),
             ts.META_BUCKET_COLUMN: b"entity_key", META_SOURCE_EXCHANGES: str(exchanges).encode()})
         target = os.path.join(out_dir, EVENTS_DIR, route)
         os.makedirs(target)
         for b in range(buckets):
-            glob = sw.partition_glob(staged, route=route, bucket=b)
-            sql = None if glob is None else sw.sorted_partition_sql(glob, schema.names, _order(schema.names))
-            total += sw.write_query(con, sql, schema, os.path.join(target, FILE_PATTERN.format(b)))
+            total += sw.write_partition(con, staged, r * buckets + b, schema, _order(schema.names),
+                                        os.path.join(target, FILE_PATTERN.format(b)))
     return total
 
 

@@ -4,8 +4,9 @@ Compaction used to hold the whole joined trace (every column, frames included) i
 table and sort each bucket out of it: at 10M exchanges DuckDB's spill reached 8.8 GB, so 100M
 (about 90 GB) did not fit the machine (docs/trace-checks.md, "100M"). Here every row is
 written once, compressed, into the staging of its partition while the input streams by:
-wide rows (the exchanges, frames included) as Arrow IPC streams (`stage_arrow`), narrow ones
-(id occurrences, events) with DuckDB's partitioned ``COPY`` to Parquet (`stage`). Each
+the exchanges (frames included) and the check's events as Arrow IPC streams (`stage_arrow`),
+the narrow id occurrences with DuckDB's partitioned ``COPY`` to Parquet (`stage`; the events'
+partitioned ``COPY`` ran out of DuckDB's memory at 100M exchanges, the occurrences' did not). Each
 partition is then read back on its own, sorted by DuckDB (which spills within its memory
 limit) and streamed in record batches to a pyarrow writer in the declared schema
 (`write_query`: DuckDB's own writer marks a column required in a file where it happens to
@@ -110,7 +111,16 @@ def write_query(con, sql: str | None, schema: pa.Schema, path: str) -> int:
     return rows
 
 
-def sorted_partition_sql(glob: str, columns: list[str], order_by: str) -> str:
-    """The columns of one staged partition, sorted."""
-    quoted = ", ".join(f'"{c}"' for c in columns)
-    return f"SELECT {quoted} FROM read_parquet({sql_text(glob)}, hive_partitioning = false) ORDER BY {order_by}"
+def write_partition(con, staging_dir: str, value: int, schema: pa.Schema, order_by: str, path: str) -> int:
+    """Write the `schema` columns of one partition `stage_arrow` wrote, sorted by `order_by`,
+    to `path`; remove its staging; return the rows written."""
+    with arrow_partition(staging_dir, value) as part:
+        if part is None:
+            return write_query(con, None, schema, path)
+        con.register("staged_partition", part)
+        try:
+            quoted = ", ".join(f'"{c}"' for c in schema.names)
+            return write_query(con, f"SELECT {quoted} FROM staged_partition ORDER BY {order_by}", schema, path)
+        finally:
+            con.unregister("staged_partition")
+            drop_partition(staging_dir, value)
