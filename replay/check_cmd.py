@@ -51,6 +51,10 @@ from reports.usage import non_empty_path, positive_int, usage_line  # noqa: E402
 
 SAMPLES_PER_RULE = 5
 SMALL_TRACE = 100_000  # exchanges: below it the Spark job runs in 2 shuffle partitions
+# At most this many exchanges a bucket on the recorded layout: a bucket is one Arrow table in
+# one Python worker (applyInArrow), about 0.6 GB a million exchanges; at 100M exchanges in 8
+# buckets a worker reached 7.4 GB and the kernel's OOM killer ended it (docs/trace-checks.md).
+EXCHANGES_PER_BUCKET = 1_000_000
 # defaults only (spark-submit --conf win); the driver memory default is get_spark's
 SPARK_INPUT_EVENTS = "the check events of the compaction (_check_events)"
 SPARK_INPUT_ROWS = "the trace rows, projected to events"
@@ -196,7 +200,7 @@ def run_spark(paths: list[str], scan: ScanStats, cfg: CheckConfig, skip_undecode
         event_violations(spark, files, cfg).write.mode("overwrite").parquet(path)
         return spark.read.parquet(path), stats, SPARK_INPUT_EVENTS
     df = load_trace(spark, paths)  # version 1 and 2 segments in one DataFrame
-    buckets = None
+    buckets = max(int(spark.conf.get("spark.sql.shuffle.partitions")), -(-stats["exchanges"] // EXCHANGES_PER_BUCKET))
     if stats["exchanges"] < SMALL_TRACE and spark.conf.get("spark.sql.shuffle.partitions") == DEFAULT_SHUFFLE_PARTITIONS:
         # a small trace in many tasks pays per-task and per-Python-worker costs for nothing
         spark.conf.set("spark.sql.shuffle.partitions", "2")

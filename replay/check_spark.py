@@ -316,10 +316,15 @@ class SparkChecker:
 
         The flat table feeds two branches (the events as they are, and the link window), so
         it is persisted: without it every scan and projection ran twice (measured: half the
-        JVM time of a 1M-exchange check). unpersist() after the job that writes the result."""
+        JVM time of a 1M-exchange check). On disk only: a `MEMORY_AND_DISK` block that
+        spilled is copied back into the executor's heap when read
+        (`BlockManager.maybeCacheDiskBytesInMemory`), and at 100M exchanges that killed 2 GiB
+        executors with OutOfMemoryError; a disk-only block is memory-mapped instead, and at 1M
+        it was no slower (docs/trace-checks.md, "100M"). unpersist() after the job that
+        writes the result."""
         from pyspark import StorageLevel  # heavy dependency, as in _F
 
-        self.flat = self.flat_events().persist(StorageLevel.MEMORY_AND_DISK)
+        self.flat = self.flat_events().persist(StorageLevel.DISK_ONLY)
         events = self.flat.where(f"route <> {sql_str(LINK)}").unionByName(self.linked(self.flat))
         cfg = self.cfg
 
