@@ -109,6 +109,8 @@ def _keyed(alias: str = "") -> str:
     """The rows with an alignment key (decoded exchanges), of the relation `alias` if given."""
     q = f"{alias}." if alias else ""
     return f"{q}kind = 'exchange' AND {q}decode_error IS NULL"
+
+
 OCC_DIR = "occ"  # staging of the id occurrences
 
 

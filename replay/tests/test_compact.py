@@ -12,6 +12,7 @@ import json
 import os
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -242,8 +243,6 @@ def test_running_out_of_memory_or_disk_is_not_called_a_corrupt_trace(error, tmp_
     """DuckDB's out-of-memory error (the first 100M compaction's events pass) and a full disk
     are the machine's limits, not the trace's fault: one line that says which, exit 2; any
     other DuckDB error is still a corrupt trace."""
-    import duckdb
-
     table, _ = build_table(300, seed=3)
     write_segments(table, str(tmp_path / "t"))
     raised = {"memory": duckdb.OutOfMemoryException("failed to pin block of size 256.0 KiB"),
